@@ -1,0 +1,39 @@
+# The two commands: `make run` and `make test`. Everything else is optional.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+BIN := .venv/bin
+PYTEST_ARGS ?=
+
+.PHONY: help venv run test lint typecheck proto proto-check bench-coordination clean
+
+help:
+	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
+	@echo "make test   install what is needed and run lint, types and the whole suite"
+	@echo "make proto  regenerate proto/ (JSON Schemas and the AsyncAPI document)"
+
+venv:
+	@scripts/ensure-venv.sh
+
+run: venv
+	@$(BIN)/holdline run
+
+lint: venv
+	$(BIN)/ruff check .
+
+typecheck: venv
+	$(BIN)/mypy
+
+test: venv lint typecheck
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+proto: venv
+	$(BIN)/python -m libs.proto
+
+proto-check: venv
+	$(BIN)/python -m libs.proto --check
+
+bench-coordination: venv
+	$(BIN)/python -m bench.coordination
+
+clean:
+	rm -rf .data tests/artifacts .pytest_cache .mypy_cache .ruff_cache

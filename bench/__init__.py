@@ -1,0 +1,1 @@
+"""Benchmarks: not tests; each writes its figures to bench/results/<name>.json."""

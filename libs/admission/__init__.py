@@ -1,0 +1,17 @@
+"""Admission: validation, authorisation, limits, duplicates and backpressure, as events."""
+
+from .admission import Admission, Outcome, ToolCall, TurnAdmission, TurnContext
+from .intent import digest, intent_key, subject_key
+from .load import LoadView
+
+__all__ = [
+    "Admission",
+    "LoadView",
+    "Outcome",
+    "ToolCall",
+    "TurnAdmission",
+    "TurnContext",
+    "digest",
+    "intent_key",
+    "subject_key",
+]

@@ -1,0 +1,52 @@
+"""The JetStream layer: topology, declaration, appends, create-once claims, consumers, replay."""
+
+from .aggregate import Loaded, load
+from .connection import connect
+from .consumer import DurableConsumer, Handler, Poison, Received, spec_for
+from .deadletter import DEAD_LETTER_DECODER, DeadLetter
+from .declare import ConsumerSpec, ensure_buckets, ensure_consumer, ensure_stream, ensure_streams
+from .replay import Replayed, last_subject_seq, replay
+from .store import (
+    Appended,
+    Claim,
+    ClaimConflict,
+    ConcurrencyConflict,
+    append,
+    claim_once,
+    read_claim,
+)
+from .topology import BUCKETS, Context, InvalidSubjectToken, StreamSpec, Topology, token
+
+__all__ = [
+    "BUCKETS",
+    "DEAD_LETTER_DECODER",
+    "Appended",
+    "Claim",
+    "ClaimConflict",
+    "ConcurrencyConflict",
+    "ConsumerSpec",
+    "Context",
+    "DeadLetter",
+    "DurableConsumer",
+    "Handler",
+    "InvalidSubjectToken",
+    "Loaded",
+    "Poison",
+    "Received",
+    "Replayed",
+    "StreamSpec",
+    "Topology",
+    "append",
+    "claim_once",
+    "connect",
+    "ensure_buckets",
+    "ensure_consumer",
+    "ensure_stream",
+    "ensure_streams",
+    "last_subject_seq",
+    "load",
+    "read_claim",
+    "replay",
+    "spec_for",
+    "token",
+]

@@ -1,0 +1,58 @@
+"""Connecting to the broker with reconnects, credentials and TLS when configured."""
+
+from __future__ import annotations
+
+import logging
+import ssl
+from typing import Any
+
+import nats
+from nats.aio.client import Client
+
+from libs.config import BusSettings
+
+log = logging.getLogger(__name__)
+
+
+def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
+    if not (settings.nats_tls_ca or settings.nats_tls_cert):
+        return None
+    context = ssl.create_default_context(cafile=settings.nats_tls_ca)
+    if settings.nats_tls_cert and settings.nats_tls_key:
+        context.load_cert_chain(settings.nats_tls_cert, settings.nats_tls_key)
+    return context
+
+
+async def _on_error(exc: Exception) -> None:
+    log.warning("nats connection error: %s", exc)
+
+
+async def _on_disconnect() -> None:
+    log.warning("nats disconnected; reconnecting")
+
+
+async def _on_reconnect() -> None:
+    log.info("nats reconnected")
+
+
+async def connect(settings: BusSettings, *, name: str) -> Client:
+    """Connect, retrying forever in the background once the first connect succeeded."""
+    options: dict[str, Any] = {
+        "servers": [settings.nats_url],
+        "name": name,
+        "connect_timeout": settings.connect_timeout_s,
+        "max_reconnect_attempts": -1,
+        "reconnect_time_wait": 0.5,
+        "error_cb": _on_error,
+        "disconnected_cb": _on_disconnect,
+        "reconnected_cb": _on_reconnect,
+    }
+    if settings.nats_user:
+        options["user"] = settings.nats_user
+        options["password"] = settings.nats_password
+    if settings.nats_creds:
+        options["user_credentials"] = settings.nats_creds
+    tls = _tls_context(settings)
+    if tls is not None:
+        options["tls"] = tls
+    return await nats.connect(**options)

@@ -1,0 +1,271 @@
+"""Durable pull consumers: explicit ack, heartbeats for long handlers, bounded redelivery, DLQ.
+
+Messages of one group (by default, one session) are handled in order; different groups
+run concurrently. A
+handler that keeps failing is retried with growing delays until `max_deliver`, then its
+message goes to the dead-letter stream with the reason and is acknowledged, so it leaves a
+work-queue stream and never blocks the sessions behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Generic, TypeVar
+
+import nats.errors
+from nats.aio.msg import Msg
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, FetchTimeoutError
+
+from libs.events import Envelope, EventCodec, EventDecodeError
+
+from .deadletter import DEAD_LETTER_ENCODER, DeadLetter
+from .declare import ConsumerSpec, ensure_consumer
+from .topology import Context, Topology
+
+log = logging.getLogger(__name__)
+
+B = TypeVar("B")
+
+
+class Poison(Exception):
+    """Raised by a handler for a message that can never succeed: dead-letter it now."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Received(Generic[B]):
+    """A decoded message with its place in the stream."""
+
+    envelope: Envelope[B]
+    subject: str
+    stream_seq: int
+    num_delivered: int
+
+
+Handler = Callable[[Received[B]], Awaitable[None]]
+
+
+def _redelivery_delay(base_s: float, num_delivered: int) -> float:
+    # Exponential, capped: a flapping dependency gets room without stalling a session long.
+    return float(min(base_s * (2 ** max(0, num_delivered - 1)), 30.0))
+
+
+class DurableConsumer(Generic[B]):
+    """Runs a handler over a durable pull consumer until stopped."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        spec: ConsumerSpec,
+        codec: EventCodec[B],
+        handler: Handler[B],
+        *,
+        topology: Topology,
+        source: Context,
+        redelivery_backoff_s: float = 1.0,
+        batch: int = 64,
+        fetch_timeout_s: float = 1.0,
+        heartbeat_s: float | None = None,
+        on_dead_letter: Callable[[DeadLetter], None] | None = None,
+        group_by: Callable[[str], str] | None = None,
+        max_in_flight: int = 256,
+    ) -> None:
+        self._js = js
+        self.spec = spec
+        self._codec = codec
+        self._handler = handler
+        self._topology = topology
+        self._source = source
+        self._backoff_s = redelivery_backoff_s
+        self._batch = batch
+        self._fetch_timeout_s = fetch_timeout_s
+        # Tell the broker we are alive well before ack_wait runs out.
+        self._heartbeat_s = heartbeat_s or max(spec.ack_wait_s / 3.0, 0.05)
+        self._on_dead_letter = on_dead_letter
+        # Messages with the same group key are handled one at a time, in stream order.
+        self._group_by = group_by
+        self._max_in_flight = max_in_flight
+        self._in_flight: set[asyncio.Task[None]] = set()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._waiting: dict[str, int] = {}
+        self._stop = asyncio.Event()
+        self.ready = asyncio.Event()
+
+    @property
+    def stopped(self) -> bool:
+        """Whether stop() was called."""
+        return self._stop.is_set()
+
+    def stop(self) -> None:
+        """Ask the loop to stop fetching; messages in hand are finished first."""
+        self._stop.set()
+
+    async def run(self) -> None:
+        """Declare the consumer, then fetch and handle until stopped.
+
+        Fetching continues while handlers run (up to `max_in_flight` at once), so one slow
+        message never stalls the others; messages of one group still run in order.
+        """
+        await ensure_consumer(self._js, self.spec)
+        sub = await self._js.pull_subscribe_bind(durable=self.spec.durable, stream=self.spec.stream)
+        self.ready.set()
+        try:
+            while not self._stop.is_set():
+                room = self._max_in_flight - len(self._in_flight)
+                if room <= 0:
+                    await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
+                    continue
+                try:
+                    msgs = await sub.fetch(min(self._batch, room), timeout=self._fetch_timeout_s)
+                except (FetchTimeoutError, nats.errors.TimeoutError):
+                    continue
+                except (nats.errors.ConnectionClosedError, nats.errors.NoServersError):
+                    return
+                except (APIError, nats.errors.Error) as exc:
+                    # The broker is restarting or unreachable; the client reconnects by itself.
+                    log.warning("fetch on %s failed: %s", self.spec.durable, exc)
+                    await asyncio.sleep(0.2)
+                    continue
+                for msg in msgs:
+                    task = asyncio.create_task(self._in_order(msg))
+                    self._in_flight.add(task)
+                    task.add_done_callback(self._in_flight.discard)
+        finally:
+            if self._in_flight:
+                await asyncio.wait(self._in_flight, timeout=self.spec.ack_wait_s)
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+
+    async def _in_order(self, msg: Msg) -> None:
+        key = self._group_key(msg.subject)
+        lock = self._locks.get(key)
+        if lock is None:
+            lock = self._locks[key] = asyncio.Lock()
+        self._waiting[key] = self._waiting.get(key, 0) + 1
+        try:
+            async with lock:
+                await self._handle_one(msg)
+        except Exception:
+            log.exception("consumer %s failed on %s", self.spec.durable, msg.subject)
+        finally:
+            self._waiting[key] -= 1
+            if self._waiting[key] == 0:
+                # Nobody else queued behind this group: forget its lock.
+                del self._waiting[key]
+                self._locks.pop(key, None)
+
+    def _group_key(self, subject: str) -> str:
+        if self._group_by is not None:
+            return self._group_by(subject)
+        try:
+            return self._topology.session_of(subject)
+        except ValueError:
+            return subject
+
+    async def _handle_one(self, msg: Msg) -> None:
+        meta = msg.metadata
+        try:
+            envelope = self._codec.decode(msg.data)
+        except EventDecodeError as exc:
+            await self._dead_letter(msg, exc.reason, exc.detail)
+            return
+        received = Received(
+            envelope=envelope,
+            subject=msg.subject,
+            stream_seq=meta.sequence.stream,
+            num_delivered=meta.num_delivered,
+        )
+        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        try:
+            await self._handler(received)
+        except Poison as exc:
+            await self._dead_letter(msg, "poison", exc.reason)
+            return
+        except Exception as exc:  # noqa: BLE001 - a failing handler is retried, then dead-lettered
+            if meta.num_delivered >= self.spec.max_deliver:
+                await self._dead_letter(msg, "max_deliver", repr(exc))
+            else:
+                log.warning(
+                    "handler %s failed on %s (delivery %d): %r",
+                    self.spec.durable,
+                    msg.subject,
+                    meta.num_delivered,
+                    exc,
+                )
+                with contextlib.suppress(Exception):
+                    await msg.nak(delay=_redelivery_delay(self._backoff_s, meta.num_delivered))
+            return
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+        await msg.ack()
+
+    async def _heartbeat(self, msg: Msg) -> None:
+        while True:
+            await asyncio.sleep(self._heartbeat_s)
+            with contextlib.suppress(Exception):
+                await msg.in_progress()
+
+    async def _dead_letter(self, msg: Msg, reason: str, error: str) -> None:
+        meta = msg.metadata
+        record = DeadLetter(
+            source_stream=meta.stream,
+            source_subject=msg.subject,
+            source_seq=meta.sequence.stream,
+            consumer=self.spec.durable,
+            num_delivered=meta.num_delivered,
+            reason=reason,
+            error=error[:2000],
+            payload=msg.data,
+            dead_lettered_at=datetime.now(UTC),
+        )
+        try:
+            session = self._topology.session_of(msg.subject)
+        except ValueError:
+            session = "unknown"
+        subject = self._topology.dlq_subject(self._source, session)
+        # The id makes a dead-letter publish repeated after a crash land once.
+        dedup = f"dlq:{meta.stream}:{meta.sequence.stream}:{self.spec.durable}"
+        await self._js.publish(
+            subject, DEAD_LETTER_ENCODER.encode(record), headers={"Nats-Msg-Id": dedup}
+        )
+        log.error(
+            "dead-lettered %s seq %d from %s: %s",
+            msg.subject,
+            meta.sequence.stream,
+            self.spec.durable,
+            reason,
+        )
+        if self._on_dead_letter is not None:
+            self._on_dead_letter(record)
+        # Acknowledge only after the dead letter is stored: nothing is lost in between.
+        await msg.ack()
+
+
+def spec_for(
+    topology: Topology,
+    context: Context,
+    *,
+    durable: str,
+    ack_wait_s: float,
+    max_deliver: int,
+    filter_subjects: tuple[str, ...] | None = None,
+) -> ConsumerSpec:
+    """A consumer spec over a whole context's stream (or the given filters)."""
+    return ConsumerSpec(
+        stream=topology.stream_name(context),
+        durable=durable,
+        filter_subjects=filter_subjects or (topology.context_filter(context),),
+        ack_wait_s=ack_wait_s,
+        max_deliver=max_deliver,
+    )

@@ -1,0 +1,94 @@
+"""Reading a stream (or one session's slice of it) from the start, in order."""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from dataclasses import dataclass, field
+from typing import Generic, TypeVar
+
+import nats.errors
+from nats.js import JetStreamContext
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import FetchTimeoutError, NotFoundError
+
+from libs.events import EventCodec, EventDecodeError
+
+from .consumer import Received
+
+B = TypeVar("B")
+
+
+@dataclass(slots=True)
+class Replayed(Generic[B]):
+    """Everything a replay read: decoded messages in order, and what could not be decoded."""
+
+    items: list[Received[B]] = field(default_factory=list)
+    rejected: list[tuple[int, EventDecodeError]] = field(default_factory=list)
+    last_seq: int = 0
+
+
+async def replay(
+    js: JetStreamContext,
+    stream: str,
+    filter_subject: str,
+    codec: EventCodec[B],
+    *,
+    batch: int = 512,
+    timeout_s: float = 5.0,
+) -> Replayed[B]:
+    """Read every message matching the filter, up to what the stream held at the start."""
+    name = f"replay-{uuid.uuid4().hex[:12]}"
+    await js.add_consumer(
+        stream,
+        config=ConsumerConfig(
+            name=name,
+            deliver_policy=DeliverPolicy.ALL,
+            ack_policy=AckPolicy.NONE,
+            filter_subject=filter_subject,
+            inactive_threshold=30.0,
+            mem_storage=True,
+        ),
+    )
+    out: Replayed[B] = Replayed()
+    try:
+        sub = await js.pull_subscribe_bind(durable=name, stream=stream)
+        info = await sub.consumer_info()
+        pending = int(info.num_pending or 0)
+        while pending > 0:
+            try:
+                msgs = await sub.fetch(min(pending, batch), timeout=timeout_s)
+            except (FetchTimeoutError, nats.errors.TimeoutError):
+                break
+            for msg in msgs:
+                meta = msg.metadata
+                out.last_seq = meta.sequence.stream
+                pending = meta.num_pending
+                try:
+                    envelope = codec.decode(msg.data)
+                except EventDecodeError as exc:
+                    out.rejected.append((meta.sequence.stream, exc))
+                    continue
+                out.items.append(
+                    Received(
+                        envelope=envelope,
+                        subject=msg.subject,
+                        stream_seq=meta.sequence.stream,
+                        num_delivered=meta.num_delivered,
+                    )
+                )
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+    finally:
+        with contextlib.suppress(Exception):
+            await js.delete_consumer(stream, name)
+    return out
+
+
+async def last_subject_seq(js: JetStreamContext, stream: str, subject: str) -> int:
+    """Sequence of the last message on a subject (0 when the subject is empty)."""
+    try:
+        msg = await js.get_last_msg(stream, subject)
+    except NotFoundError:
+        return 0
+    return int(msg.seq or 0)

@@ -1,0 +1,114 @@
+"""Appending events: dedup by message id, optimistic concurrency per subject, create-once keys.
+
+Three guards against duplicates, each for its own horizon:
+- `Nats-Msg-Id`: the broker drops a repeated publish inside the duplicate window.
+- `Nats-Expected-Last-Subject-Sequence`: an append to an aggregate's subject only succeeds
+  if nobody appended since the state it was decided from was loaded.
+- create-once KV keys: a claim (an intent, a final delivery) stays taken forever, so a
+  repeat beyond the duplicate window or across restarts still finds the first claim.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from nats.js import JetStreamContext
+from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.kv import KeyValue
+
+from libs.events import Envelope, EventCodec
+
+# JetStream's error code for a failed Nats-Expected-Last-Subject-Sequence check.
+_WRONG_LAST_SEQUENCE = 10071
+
+
+class ConcurrencyConflict(Exception):
+    """Someone appended to the subject since the caller loaded it: reload and decide again."""
+
+    def __init__(self, subject: str, expected: int) -> None:
+        super().__init__(f"{subject}: expected last sequence {expected} no longer holds")
+        self.subject = subject
+        self.expected = expected
+
+
+class ClaimConflict(Exception):
+    """A create-once key is already claimed with a different value."""
+
+    def __init__(self, key: str, existing: bytes) -> None:
+        super().__init__(f"key {key!r} is already claimed with a different value")
+        self.key = key
+        self.existing = existing
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """Where an event landed, and whether the broker saw it as a duplicate."""
+
+    stream: str
+    seq: int
+    duplicate: bool
+
+
+async def append(
+    js: JetStreamContext,
+    codec: EventCodec[Any],
+    subject: str,
+    envelope: Envelope[Any],
+    *,
+    expected_last_subject_seq: int | None = None,
+    msg_id: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> Appended:
+    """Publish one event and wait for the broker's acknowledgement.
+
+    The message id defaults to the event id, so re-publishing the same event object is a
+    no-op. `expected_last_subject_seq=0` means "the subject must be empty".
+    """
+    hdrs: dict[str, str] = {"Nats-Msg-Id": msg_id or envelope.event_id}
+    if headers:
+        hdrs.update(headers)
+    if expected_last_subject_seq is not None:
+        hdrs["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
+    try:
+        ack = await js.publish(subject, codec.encode(envelope), headers=hdrs)
+    except APIError as exc:
+        if exc.err_code == _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
+            raise ConcurrencyConflict(subject, expected_last_subject_seq) from exc
+        raise
+    return Appended(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The outcome of a create-once claim."""
+
+    created: bool
+    value: bytes
+    revision: int
+
+
+async def claim_once(kv: KeyValue, key: str, value: bytes) -> Claim:
+    """Claim a key forever. The same value again returns the first claim; another value fails.
+
+    This is how "the same intent again" is told apart from "a different request reusing an
+    intent key", which is an error and never a silent duplicate.
+    """
+    try:
+        revision = await kv.create(key, value)
+    except KeyWrongLastSequenceError:
+        entry = await kv.get(key)
+        existing = entry.value or b""
+        if existing != value:
+            raise ClaimConflict(key, existing) from None
+        return Claim(created=False, value=existing, revision=entry.revision or 0)
+    return Claim(created=True, value=value, revision=revision)
+
+
+async def read_claim(kv: KeyValue, key: str) -> bytes | None:
+    """The value a key was claimed with, if any."""
+    try:
+        entry = await kv.get(key)
+    except KeyNotFoundError:
+        return None
+    return entry.value

@@ -1,0 +1,117 @@
+"""Configuration read from the environment, once, into frozen settings objects.
+
+Every timing that tests need short is an environment variable here, so a test run and a
+production deployment differ only in their environment.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+_PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
+
+
+def env_str(name: str, default: str) -> str:
+    """A string setting; empty counts as unset."""
+    value = os.environ.get(name, "")
+    return value if value else default
+
+
+def env_float(name: str, default: float) -> float:
+    """A float setting with a readable error for a bad value."""
+    raw = os.environ.get(name, "")
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+
+
+def env_int(name: str, default: int) -> int:
+    """An integer setting with a readable error for a bad value."""
+    raw = os.environ.get(name, "")
+    if not raw:
+        return default
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+
+
+def env_bool(name: str, *, default: bool) -> bool:
+    """A boolean setting: 1/true/yes/on are true."""
+    raw = os.environ.get(name, "")
+    if not raw:
+        return default
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
+@dataclass(frozen=True)
+class BusSettings:
+    """How a process reaches the broker and how its streams and consumers behave."""
+
+    nats_url: str = "nats://127.0.0.1:4222"
+    # Prefix of every stream, subject and bucket: lets tests (and tenants of one broker)
+    # keep their names apart.
+    prefix: str = "hl"
+    replicas: int = 1
+    duplicate_window_s: float = 120.0
+    ack_wait_s: float = 30.0
+    max_deliver: int = 5
+    redelivery_backoff_s: float = 1.0
+    max_event_bytes: int = 256 * 1024
+    nats_user: str | None = None
+    nats_password: str | None = None
+    nats_creds: str | None = None
+    nats_tls_ca: str | None = None
+    nats_tls_cert: str | None = None
+    nats_tls_key: str | None = None
+    connect_timeout_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not _PREFIX_RE.match(self.prefix):
+            raise ValueError(
+                f"HOLDLINE_PREFIX must match {_PREFIX_RE.pattern}, got {self.prefix!r}"
+            )
+
+    @classmethod
+    def from_env(cls) -> BusSettings:
+        """Read the broker settings from the environment."""
+        return cls(
+            nats_url=env_str("NATS_URL", cls.nats_url),
+            prefix=env_str("HOLDLINE_PREFIX", cls.prefix),
+            replicas=env_int("HOLDLINE_STREAM_REPLICAS", cls.replicas),
+            duplicate_window_s=env_float("HOLDLINE_DUPLICATE_WINDOW_S", cls.duplicate_window_s),
+            ack_wait_s=env_float("HOLDLINE_ACK_WAIT_S", cls.ack_wait_s),
+            max_deliver=env_int("HOLDLINE_MAX_DELIVER", cls.max_deliver),
+            redelivery_backoff_s=env_float(
+                "HOLDLINE_REDELIVERY_BACKOFF_S", cls.redelivery_backoff_s
+            ),
+            max_event_bytes=env_int("HOLDLINE_MAX_EVENT_BYTES", cls.max_event_bytes),
+            nats_user=os.environ.get("NATS_USER") or None,
+            nats_password=os.environ.get("NATS_PASSWORD") or None,
+            nats_creds=os.environ.get("NATS_CREDS") or None,
+            nats_tls_ca=os.environ.get("NATS_TLS_CA") or None,
+            nats_tls_cert=os.environ.get("NATS_TLS_CERT") or None,
+            nats_tls_key=os.environ.get("NATS_TLS_KEY") or None,
+            connect_timeout_s=env_float("HOLDLINE_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class HttpSettings:
+    """Where a service's HTTP endpoint listens."""
+
+    host: str
+    port: int
+
+    @classmethod
+    def from_env(cls, service_env: str, default_port: int) -> HttpSettings:
+        """Read `<SERVICE>_HOST` and `<SERVICE>_PORT`, defaulting to loopback."""
+        return cls(
+            host=env_str(f"{service_env}_HOST", "127.0.0.1"),
+            port=env_int(f"{service_env}_PORT", default_port),
+        )

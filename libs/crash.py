@@ -1,0 +1,32 @@
+"""Named crash points, armed by environment variable, for deterministic kill tests.
+
+`HOLDLINE_CRASH_POINTS=worker.after_provider_commit` makes the process SIGKILL itself the
+first time it reaches that point, exactly as `kill -9` would at that instant. Unarmed, a
+crash point is a dictionary lookup.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_ARMED = frozenset(
+    p.strip() for p in os.environ.get("HOLDLINE_CRASH_POINTS", "").split(",") if p.strip()
+)
+
+# Every point the code declares, so tests and docs can list them.
+POINTS = {
+    "worker.after_provider_commit": "the provider answered success; the event is not written",
+    "worker.after_started": "operation.started is written; the provider was not called",
+    "worker.after_attempt_recorded": "operation.attempted is written; the outcome is not",
+    "coordinator.after_member_settled": "batch.member_settled is written; the claim is not",
+    "coordinator.after_claim": "the final delivery key is claimed; delivery.ready is not written",
+    "coordinator.after_ready": "delivery.ready is written; batch.drained is not",
+    "coordinator.after_drained": "batch.drained is written; the message is not acknowledged",
+}
+
+
+def crash_point(name: str) -> None:
+    """Die here, without cleanup, if this point is armed."""
+    if name in _ARMED:
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,251 @@
+"""The operation state machine of DESIGN §4, as a pure fold over operation events.
+
+`evolve` refuses an illegal transition with `IllegalTransition`; it never guesses. The one
+rule worth stating twice: a non-idempotent operation whose last mutation may have been sent
+(RUNNING after a crash, or UNKNOWN) cannot start again until it was reconciled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+from libs.events import (
+    Envelope,
+    OperationAdmitted,
+    OperationAttempted,
+    OperationAwaitingConfirmation,
+    OperationCancelled,
+    OperationCancelRefused,
+    OperationCancelRequested,
+    OperationCommitted,
+    OperationCompensated,
+    OperationConfirmed,
+    OperationDeadLettered,
+    OperationEvent,
+    OperationFailedFinal,
+    OperationProgress,
+    OperationReconciled,
+    OperationRejected,
+    OperationRequested,
+    OperationRetryScheduled,
+    OperationStarted,
+    OperationUnknown,
+)
+
+
+class OpStatus(StrEnum):
+    """Operation states; the API shows the lowercase values."""
+
+    REQUESTED = "requested"
+    AWAITING_CONFIRMATION = "awaiting_confirmation"
+    ADMITTED = "admitted"
+    RUNNING = "running"
+    COMMITTED = "committed"
+    FAILED_RETRYABLE = "failed_retryable"
+    FAILED_FINAL = "failed_final"
+    UNKNOWN = "unknown"
+    CANCEL_REQUESTED = "cancel_requested"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+
+
+TERMINAL: frozenset[OpStatus] = frozenset(
+    {OpStatus.COMMITTED, OpStatus.FAILED_FINAL, OpStatus.CANCELLED, OpStatus.REJECTED}
+)
+
+
+class IllegalTransition(Exception):
+    """An event that the operation's current state does not allow."""
+
+    def __init__(self, operation_id: str, status: OpStatus | None, event_type: str) -> None:
+        state = status.value if status else "none"
+        super().__init__(f"operation {operation_id}: {event_type} is illegal in state {state}")
+        self.operation_id = operation_id
+        self.status = status
+        self.event_type = event_type
+
+
+@dataclass(frozen=True, slots=True)
+class OperationState:
+    """What is known about one operation after folding its events."""
+
+    operation_id: str
+    session_id: str
+    status: OpStatus
+    tool: str
+    arguments: dict[str, Any]
+    batch_id: str | None = None
+    intent_key: str | None = None
+    subject_key: str | None = None
+    turn_id: str | None = None
+    agent: str | None = None
+    tenant_id: str | None = None
+    user_id: str | None = None
+    owner: str = "session"
+    priority: str = "normal"
+    idempotent: bool = True
+    confirmed: bool = False
+    attempts: int = 0
+    # The provider's id for the effect, once known, and whether an async answer is awaited.
+    provider_ref: str | None = None
+    awaiting_async: bool = False
+    retry_at: datetime | None = None
+    admitted_at: datetime | None = None
+    deadline_at: datetime | None = None
+    last_attempt_at: datetime | None = None
+    # Status to return to if a cancel request is refused.
+    before_cancel: OpStatus | None = None
+    result: dict[str, Any] | None = None
+    failure: str | None = None
+    compensates: str | None = None
+    compensated_by: str | None = None
+    dead_lettered: bool = False
+    version: int = 0
+
+    @property
+    def terminal(self) -> bool:
+        """Whether the operation reached COMMITTED, FAILED_FINAL, CANCELLED or REJECTED."""
+        return self.status in TERMINAL
+
+
+S = OpStatus
+
+# Which states each event may be applied in.
+_ALLOWED: dict[type[Any], frozenset[OpStatus | None]] = {
+    OperationRequested: frozenset({None}),
+    OperationAwaitingConfirmation: frozenset({S.REQUESTED}),
+    OperationConfirmed: frozenset({S.AWAITING_CONFIRMATION}),
+    OperationAdmitted: frozenset({None, S.REQUESTED, S.AWAITING_CONFIRMATION}),
+    OperationRejected: frozenset({None, S.REQUESTED, S.AWAITING_CONFIRMATION}),
+    OperationStarted: frozenset({S.ADMITTED, S.FAILED_RETRYABLE, S.RUNNING}),
+    OperationAttempted: frozenset({S.RUNNING, S.CANCEL_REQUESTED, S.UNKNOWN}),
+    OperationProgress: frozenset({S.RUNNING, S.CANCEL_REQUESTED}),
+    OperationRetryScheduled: frozenset({S.RUNNING}),
+    OperationReconciled: frozenset({S.UNKNOWN}),
+    OperationUnknown: frozenset({S.RUNNING, S.CANCEL_REQUESTED}),
+    OperationCommitted: frozenset({S.RUNNING, S.UNKNOWN, S.CANCEL_REQUESTED}),
+    OperationFailedFinal: frozenset(
+        {S.ADMITTED, S.RUNNING, S.FAILED_RETRYABLE, S.UNKNOWN, S.CANCEL_REQUESTED}
+    ),
+    OperationCancelRequested: frozenset(
+        {S.AWAITING_CONFIRMATION, S.ADMITTED, S.RUNNING, S.FAILED_RETRYABLE, S.UNKNOWN}
+    ),
+    OperationCancelled: frozenset({S.CANCEL_REQUESTED}),
+    OperationCancelRefused: frozenset(
+        {S.CANCEL_REQUESTED, S.COMMITTED, S.FAILED_FINAL, S.CANCELLED, S.REJECTED}
+    ),
+    OperationCompensated: frozenset({S.COMMITTED}),
+    OperationDeadLettered: frozenset(set(OpStatus)),
+}
+
+
+def _check(state: OperationState | None, env: Envelope[OperationEvent]) -> None:
+    event = env.event
+    status = state.status if state else None
+    op_id = env.operation_id or (state.operation_id if state else "?")
+    if status not in _ALLOWED[type(event)]:
+        raise IllegalTransition(op_id, status, event.__struct_config__.tag)  # type: ignore[arg-type]
+    if state is None:
+        return
+    match event:
+        case OperationAdmitted() if status is S.AWAITING_CONFIRMATION and not state.confirmed:
+            raise IllegalTransition(op_id, status, "operation.admitted (not confirmed)")
+        case OperationStarted() if status is S.RUNNING and not state.idempotent:
+            # A crash mid-attempt of a non-idempotent call: UNKNOWN and reconcile first.
+            raise IllegalTransition(op_id, status, "operation.started (unreconciled resend)")
+        case _:
+            pass
+
+
+def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> OperationState:
+    """Apply one event to an operation, or raise IllegalTransition."""
+    _check(state, env)
+    event = env.event
+    if state is None:
+        state = OperationState(
+            operation_id=env.operation_id or "",
+            session_id=env.session_id,
+            status=S.REQUESTED,
+            tool="",
+            arguments={},
+            batch_id=env.batch_id,
+            intent_key=env.intent_key,
+            subject_key=env.subject_key,
+            turn_id=env.turn_id,
+            agent=env.agent,
+        )
+    state = replace(state, version=state.version + 1)
+    match event:
+        case OperationRequested(tool=tool, arguments=arguments):
+            return replace(state, tool=tool, arguments=arguments, status=S.REQUESTED)
+        case OperationAwaitingConfirmation():
+            return replace(state, status=S.AWAITING_CONFIRMATION)
+        case OperationConfirmed():
+            return replace(state, confirmed=True)
+        case OperationAdmitted():
+            return replace(
+                state,
+                status=S.ADMITTED,
+                tool=event.tool,
+                arguments=event.arguments,
+                tenant_id=event.tenant_id,
+                user_id=event.user_id,
+                owner=event.owner,
+                priority=event.priority,
+                idempotent=event.idempotent,
+                compensates=event.compensates,
+                admitted_at=env.occurred_at,
+                deadline_at=event.deadline_at,
+                batch_id=env.batch_id or state.batch_id,
+                intent_key=env.intent_key or state.intent_key,
+                subject_key=env.subject_key or state.subject_key,
+            )
+        case OperationRejected(tool=tool, reason=reason, detail=detail):
+            return replace(
+                state, status=S.REJECTED, tool=tool or state.tool, failure=f"{reason}: {detail}"
+            )
+        case OperationStarted():
+            return replace(state, status=S.RUNNING, awaiting_async=False, retry_at=None)
+        case OperationAttempted(outcome=outcome, provider_ref=ref):
+            return replace(
+                state,
+                attempts=state.attempts + 1,
+                provider_ref=ref or state.provider_ref,
+                awaiting_async=outcome == "accepted_async",
+                last_attempt_at=env.occurred_at,
+            )
+        case OperationProgress():
+            return state
+        case OperationRetryScheduled(reason=reason, retry_at=retry_at):
+            return replace(state, status=S.FAILED_RETRYABLE, failure=reason, retry_at=retry_at)
+        case OperationReconciled():
+            return replace(state, status=S.FAILED_RETRYABLE, failure="reconciled: no effect found")
+        case OperationUnknown(reason=reason):
+            return replace(state, status=S.UNKNOWN, failure=reason)
+        case OperationCommitted(result=result, provider_ref=ref):
+            return replace(
+                state,
+                status=S.COMMITTED,
+                result=result,
+                failure=None,
+                awaiting_async=False,
+                provider_ref=ref or state.provider_ref,
+            )
+        case OperationFailedFinal(reason=reason, detail=detail):
+            return replace(state, status=S.FAILED_FINAL, failure=f"{reason}: {detail}".rstrip(": "))
+        case OperationCancelRequested():
+            return replace(state, status=S.CANCEL_REQUESTED, before_cancel=state.status)
+        case OperationCancelled():
+            return replace(state, status=S.CANCELLED)
+        case OperationCancelRefused():
+            if state.status is S.CANCEL_REQUESTED:
+                return replace(state, status=state.before_cancel or S.RUNNING, before_cancel=None)
+            return state
+        case OperationCompensated(compensation_operation_id=comp):
+            return replace(state, compensated_by=comp)
+        case OperationDeadLettered():
+            return replace(state, dead_lettered=True)
+    raise IllegalTransition(state.operation_id, state.status, type(event).__name__)

@@ -1,0 +1,113 @@
+"""Session projection: identity, active agent, visible history and channel activity."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from libs.events import (
+    AgentHandedOff,
+    ChannelConnected,
+    ChannelDisconnected,
+    Envelope,
+    InteractionEvent,
+    PlaybackFinished,
+    PlaybackStarted,
+    ResponseFinished,
+    ResponseStarted,
+    SessionClosed,
+    SessionOpened,
+    SpeechStarted,
+    SpeechStopped,
+    TurnReceived,
+    TurnReplied,
+    UserActivity,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One visible message of the history (only what the user could see or hear)."""
+
+    role: str
+    text: str
+    turn_id: str | None
+    delivery_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """A session as rebuilt from its interaction events."""
+
+    session_id: str
+    user_id: str
+    tenant_id: str
+    agent: str
+    token_hash: str
+    closed: bool = False
+    messages: tuple[Message, ...] = ()
+    client_turns: tuple[tuple[str, str], ...] = ()
+    user_active: bool = False
+    response_active: bool = False
+    playback_active: bool = False
+    connections: frozenset[str] = field(default_factory=frozenset)
+    version: int = 0
+
+
+class SessionError(Exception):
+    """An interaction event that contradicts the session's history."""
+
+
+def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> SessionState:
+    """Apply one interaction event to a session."""
+    event = env.event
+    if state is None:
+        if not isinstance(event, SessionOpened):
+            raise SessionError(f"{type(event).__name__} before session.opened")
+        return SessionState(
+            session_id=env.session_id,
+            user_id=event.user_id,
+            tenant_id=event.tenant_id,
+            agent=event.agent,
+            token_hash=event.token_hash,
+            version=1,
+        )
+    if state.closed:
+        raise SessionError(f"session {state.session_id} is closed")
+    state = replace(state, version=state.version + 1)
+    match event:
+        case SessionOpened():
+            raise SessionError(f"session {state.session_id} is already open")
+        case SessionClosed():
+            return replace(state, closed=True)
+        case TurnReceived(text=text, client_turn_id=client_turn_id):
+            turns = state.client_turns
+            if client_turn_id is not None:
+                turns = (*turns, (client_turn_id, env.turn_id or ""))
+            message = Message(role="user", text=text, turn_id=env.turn_id)
+            return replace(state, messages=(*state.messages, message), client_turns=turns)
+        case TurnReplied(text=text):
+            message = Message(
+                role="assistant", text=text, turn_id=env.turn_id, delivery_id=env.delivery_id
+            )
+            return replace(state, messages=(*state.messages, message))
+        case AgentHandedOff(to_agent=agent):
+            return replace(state, agent=agent)
+        case UserActivity(typing=typing):
+            return replace(state, user_active=typing)
+        case SpeechStarted():
+            return replace(state, user_active=True)
+        case SpeechStopped():
+            return replace(state, user_active=False)
+        case ResponseStarted():
+            return replace(state, response_active=True)
+        case ResponseFinished():
+            return replace(state, response_active=False)
+        case PlaybackStarted():
+            return replace(state, playback_active=True)
+        case PlaybackFinished():
+            return replace(state, playback_active=False)
+        case ChannelConnected(connection_id=conn):
+            return replace(state, connections=state.connections | {conn})
+        case ChannelDisconnected(connection_id=conn):
+            return replace(state, connections=state.connections - {conn})
+    raise SessionError(f"unhandled interaction event {type(event).__name__}")

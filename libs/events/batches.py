@@ -1,0 +1,39 @@
+"""Batch events: the operations admitted in one turn, closed together."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+MemberStatus = Literal["committed", "failed_final", "cancelled", "rejected"]
+
+
+class _Event(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type"
+):
+    pass
+
+
+class BatchOpened(_Event, frozen=True, kw_only=True, tag="batch.opened"):
+    """A turn admitted a set of operations that close with one message."""
+
+    operation_ids: tuple[str, ...]
+
+
+class BatchMemberSettled(_Event, frozen=True, kw_only=True, tag="batch.member_settled"):
+    """One member of the batch reached a terminal state."""
+
+    member_operation_id: str
+    status: MemberStatus
+
+
+class BatchDrained(_Event, frozen=True, kw_only=True, tag="batch.drained"):
+    """Every member is terminal; the batch's one final delivery was created."""
+
+    final_delivery_id: str
+    committed: int
+    failed: int
+
+
+BatchEvent = BatchOpened | BatchMemberSettled | BatchDrained

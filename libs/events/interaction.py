@@ -1,0 +1,130 @@
+"""Interaction events: what happened in the conversation and on its channel."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Channel = Literal["chat", "voice"]
+
+
+class _Event(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type"
+):
+    pass
+
+
+class SessionOpened(_Event, frozen=True, kw_only=True, tag="session.opened"):
+    """A conversation began for a user of a tenant, with its first active agent."""
+
+    user_id: str
+    tenant_id: str
+    agent: str
+    token_hash: str
+
+
+class SessionClosed(_Event, frozen=True, kw_only=True, tag="session.closed"):
+    """The session was closed; no further turns are accepted."""
+
+    reason: str
+
+
+class TurnReceived(_Event, frozen=True, kw_only=True, tag="turn.received"):
+    """The user said or wrote something that opens a turn."""
+
+    channel: Channel
+    text: str
+    client_turn_id: str | None = None
+
+
+class TurnReplied(_Event, frozen=True, kw_only=True, tag="turn.replied"):
+    """The assistant's reply to a turn was written to history."""
+
+    text: str
+    operation_ids: tuple[str, ...] = ()
+    attached_delivery_ids: tuple[str, ...] = ()
+
+
+class AgentHandedOff(_Event, frozen=True, kw_only=True, tag="agent.handed_off"):
+    """The active agent changed; its context was either fresh or carried over."""
+
+    from_agent: str
+    to_agent: str
+    context: Literal["fresh", "carried"] = "fresh"
+
+
+class UserActivity(_Event, frozen=True, kw_only=True, tag="user.activity"):
+    """Chat typing indicator: the text channel's equivalent of speaking."""
+
+    typing: bool
+
+
+class SpeechStarted(_Event, frozen=True, kw_only=True, tag="speech.started"):
+    """Voice activity detection saw the user start speaking."""
+
+    stream_ms: int
+
+
+class SpeechStopped(_Event, frozen=True, kw_only=True, tag="speech.stopped"):
+    """Endpointing decided the user stopped speaking."""
+
+    stream_ms: int
+
+
+class ResponseStarted(_Event, frozen=True, kw_only=True, tag="response.started"):
+    """A model generation began (it can still be cancelled)."""
+
+
+class ResponseFinished(_Event, frozen=True, kw_only=True, tag="response.finished"):
+    """A model generation ended, either completed or cancelled."""
+
+    cancelled: bool = False
+
+
+class PlaybackStarted(_Event, frozen=True, kw_only=True, tag="playback.started"):
+    """Audio for an utterance was sent to the channel, followed by its mark."""
+
+    text: str
+    duration_ms: int
+
+
+class PlaybackFinished(_Event, frozen=True, kw_only=True, tag="playback.finished"):
+    """The channel confirmed an utterance played, or a clear flushed it unheard."""
+
+    heard: bool
+    played_ms: int
+    unheard_ms: int = 0
+
+
+class ChannelConnected(_Event, frozen=True, kw_only=True, tag="channel.connected"):
+    """A chat stream or a phone call attached to the session."""
+
+    channel: Channel
+    connection_id: str
+
+
+class ChannelDisconnected(_Event, frozen=True, kw_only=True, tag="channel.disconnected"):
+    """A chat stream or a phone call left the session."""
+
+    channel: Channel
+    connection_id: str
+    reason: str = "closed"
+
+
+InteractionEvent = (
+    SessionOpened
+    | SessionClosed
+    | TurnReceived
+    | TurnReplied
+    | AgentHandedOff
+    | UserActivity
+    | SpeechStarted
+    | SpeechStopped
+    | ResponseStarted
+    | ResponseFinished
+    | PlaybackStarted
+    | PlaybackFinished
+    | ChannelConnected
+    | ChannelDisconnected
+)

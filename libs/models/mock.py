@@ -1,0 +1,79 @@
+"""A deterministic model for demos and tests: same outcomes in, same words out."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .interface import Outcome
+
+_SUCCESS = "committed"
+
+
+def _join(items: Sequence[str], conjunction: str) -> str:
+    if len(items) <= 1:
+        return "".join(items)
+    return f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
+
+
+# The alternative offered per failure cause: a next step the user can take, not an apology.
+_ALTERNATIVES_EN: dict[str, str] = {
+    "over_limit": "I can try {items} again in a few minutes, when the limit frees up",
+    "backpressure": "I can try {items} again in a few minutes, when the system is less busy",
+    "forbidden": "an administrator can grant {items}; I can open that request for you",
+    "agent_not_allowed": "I can hand you to the agent that handles {items}",
+    "invalid_arguments": "tell me the corrected details for {items} and I will retry",
+    "cancelled": "if you still want {items}, ask me again",
+}
+_ALTERNATIVES_ES: dict[str, str] = {
+    "over_limit": "puedo volver a intentar {items} en unos minutos, cuando se libere el límite",
+    "backpressure": "puedo volver a intentar {items} en unos minutos, con menos carga",
+    "forbidden": "un administrador puede conceder {items}; puedo abrirle la solicitud",
+    "agent_not_allowed": "puedo pasarte con el agente que gestiona {items}",
+    "invalid_arguments": "dime los datos corregidos de {items} y lo reintento",
+    "cancelled": "si aún quieres {items}, pídemelo de nuevo",
+}
+
+
+def _cause(outcome: Outcome) -> str:
+    if outcome.status == "cancelled":
+        return "cancelled"
+    return outcome.detail.split(":", 1)[0].strip()
+
+
+class MockModel:
+    """Writes the failure explanation from templates, with a concrete alternative."""
+
+    name = "mock"
+
+    async def explain_failures(self, outcomes: Sequence[Outcome], *, language: str) -> str:
+        """What worked, what did not and why, and what the user can do next."""
+        spanish = language.lower().startswith("es")
+        done = [o.label for o in outcomes if o.status == _SUCCESS]
+        failed = [o for o in outcomes if o.status != _SUCCESS]
+        conj = "y" if spanish else "and"
+        parts: list[str] = []
+        if done:
+            parts.append(
+                f"Hecho: {_join(done, conj)}." if spanish else f"Done: {_join(done, conj)}."
+            )
+        for outcome in failed:
+            why = outcome.detail.split(":", 1)[-1].strip() or outcome.status.replace("_", " ")
+            parts.append(
+                f"No pude completar {outcome.label} ({why})."
+                if spanish
+                else f"I could not complete {outcome.label} ({why})."
+            )
+        causes: dict[str, list[str]] = {}
+        for outcome in failed:
+            causes.setdefault(_cause(outcome), []).append(outcome.label)
+        table = _ALTERNATIVES_ES if spanish else _ALTERNATIVES_EN
+        default = (
+            "puedo reintentar {items} ahora mismo o dejarlo como está; dime qué prefieres"
+            if spanish
+            else "I can retry {items} right now, or leave it as it is; just say which"
+        )
+        for cause, labels in causes.items():
+            alternative = table.get(cause, default).format(items=_join(labels, conj))
+            label = "Alternativa" if spanish else "Alternative"
+            parts.append(f"{label}: {alternative}.")
+        return " ".join(parts)

@@ -1,0 +1,34 @@
+"""Running one service's app under uvicorn, configured from the environment."""
+
+from __future__ import annotations
+
+import logging
+import os
+
+import uvicorn
+from fastapi import FastAPI
+
+from libs.config import HttpSettings, env_float
+
+
+def configure_logging(service: str) -> None:
+    """One line per record, with the service name, at HOLDLINE_LOG_LEVEL."""
+    logging.basicConfig(
+        level=os.environ.get("HOLDLINE_LOG_LEVEL", "INFO").upper(),
+        format=f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s",
+    )
+
+
+def serve(app: FastAPI, *, service: str, env_prefix: str, default_port: int) -> None:
+    """Serve the app on `<PREFIX>_HOST:<PREFIX>_PORT` until SIGINT/SIGTERM."""
+    configure_logging(service)
+    http = HttpSettings.from_env(env_prefix, default_port)
+    uvicorn.run(
+        app,
+        host=http.host,
+        port=http.port,
+        log_level=os.environ.get("HOLDLINE_LOG_LEVEL", "info").lower(),
+        access_log=False,
+        # Leave time for in-flight requests and consumer drains, within the supervisor's budget.
+        timeout_graceful_shutdown=int(env_float("HOLDLINE_GRACEFUL_SHUTDOWN_S", 10.0)),
+    )

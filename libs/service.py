@@ -1,0 +1,181 @@
+"""The thin shell every service shares: broker connection, declarations, consumers, probes.
+
+A service lists the streams it publishes to and the consumers it reads; the runtime declares
+them idempotently, runs the consumers, and answers `/readyz` with 200 only while the broker
+is connected and every one of those streams and consumers exists.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse, Response
+from nats.aio.client import Client
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from libs.bus import (
+    BUCKETS,
+    Context,
+    DurableConsumer,
+    Topology,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+)
+from libs.config import BusSettings
+
+log = logging.getLogger(__name__)
+
+ConsumerFactory = Callable[["Runtime"], DurableConsumer[Any]]
+
+
+@dataclass
+class Runtime:
+    """A service's live connection to the broker and the consumers it runs."""
+
+    name: str
+    settings: BusSettings
+    publishes: tuple[Context, ...]
+    consumer_factories: Sequence[ConsumerFactory] = ()
+    topology: Topology = field(init=False)
+    nc: Client | None = None
+    js: JetStreamContext | None = None
+    buckets: dict[str, KeyValue] = field(default_factory=dict)
+    consumers: list[DurableConsumer[Any]] = field(default_factory=list)
+    _tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    _ready_cache: tuple[float, bool, str] = (0.0, False, "starting")
+
+    def __post_init__(self) -> None:
+        self.topology = Topology(self.settings.prefix)
+
+    @property
+    def jetstream(self) -> JetStreamContext:
+        """The JetStream context; only valid once started."""
+        if self.js is None:
+            raise RuntimeError(f"{self.name} is not connected")
+        return self.js
+
+    def bucket(self, purpose: str) -> KeyValue:
+        """A declared KV bucket by purpose (e.g. "intents")."""
+        return self.buckets[purpose]
+
+    async def start(self) -> None:
+        """Connect, declare everything, start consumers. Retries until the broker answers."""
+        delay = 0.2
+        while True:
+            try:
+                self.nc = await connect(self.settings, name=self.name)
+                break
+            except Exception as exc:  # noqa: BLE001 - keep trying whatever the failure
+                log.warning("%s: broker not reachable yet (%s); retrying", self.name, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+        self.js = self.nc.jetstream()
+        await ensure_streams(self.js, self.topology, self.settings)
+        await ensure_buckets(self.js, self.topology, self.settings)
+        for purpose in BUCKETS:
+            self.buckets[purpose] = await self.js.key_value(self.topology.bucket(purpose))
+        for factory in self.consumer_factories:
+            consumer = factory(self)
+            self.consumers.append(consumer)
+            self._tasks.append(asyncio.create_task(self._supervise(consumer)))
+
+    async def _supervise(self, consumer: DurableConsumer[Any]) -> None:
+        # A consumer loop that dies (broker restart mid-declare) is started again.
+        while not consumer.stopped:
+            try:
+                await consumer.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception(
+                    "%s: consumer %s crashed; restarting", self.name, consumer.spec.durable
+                )
+            if not consumer.stopped:
+                await asyncio.sleep(0.5)
+
+    async def stop(self) -> None:
+        """Stop consumers, then drain the connection (pending acks and publishes go out)."""
+        for consumer in self.consumers:
+            consumer.stop()
+        if self._tasks:
+            _done, pending = await asyncio.wait(self._tasks, timeout=5.0)
+            for task in pending:
+                task.cancel()
+        if self.nc is not None and not self.nc.is_closed:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.nc.drain(), timeout=5.0)
+
+    async def readiness(self) -> tuple[bool, str]:
+        """Whether broker, streams and consumers are all in place (cached for a second)."""
+        at, ok, detail = self._ready_cache
+        if time.monotonic() - at < 1.0:
+            return ok, detail
+        ok, detail = await self._check()
+        self._ready_cache = (time.monotonic(), ok, detail)
+        return ok, detail
+
+    async def _check(self) -> tuple[bool, str]:
+        if self.nc is None or self.js is None or not self.nc.is_connected:
+            return False, "broker not connected"
+        try:
+            for context in self.publishes:
+                await self.js.stream_info(self.topology.stream_name(context))
+            for consumer in self.consumers:
+                if not consumer.ready.is_set():
+                    return False, f"consumer {consumer.spec.durable} not started"
+                await self.js.consumer_info(consumer.spec.stream, consumer.spec.durable)
+        except Exception as exc:  # noqa: BLE001 - any failure means "not ready", with its reason
+            return False, f"{type(exc).__name__}: {exc}"
+        return True, "ok"
+
+
+def create_service_app(
+    runtime: Runtime,
+    *,
+    title: str,
+    on_start: Callable[[], Awaitable[None]] | None = None,
+    on_stop: Callable[[], Awaitable[None]] | None = None,
+) -> FastAPI:
+    """A FastAPI app with the probes and metrics every service serves."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        await runtime.start()
+        if on_start is not None:
+            await on_start()
+        try:
+            yield
+        finally:
+            if on_stop is not None:
+                await on_stop()
+            await runtime.stop()
+
+    app = FastAPI(title=title, lifespan=lifespan)
+
+    @app.get("/healthz", include_in_schema=False)
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok", "service": runtime.name}
+
+    @app.get("/readyz", include_in_schema=False)
+    async def readyz() -> Response:
+        ok, detail = await runtime.readiness()
+        return JSONResponse(
+            {"ready": ok, "detail": detail, "service": runtime.name}, status_code=200 if ok else 503
+        )
+
+    @app.get("/metrics", include_in_schema=False)
+    async def metrics() -> Response:
+        return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+
+    return app

@@ -1,0 +1,157 @@
+"""The four demo tools and their compensations, declared like any user's tools."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated
+
+import msgspec
+
+from .declaration import BusinessLimits, Limits, ToolDeclaration
+
+Resource = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]
+Day = Annotated[str, msgspec.Meta(pattern=r"^\d{4}-\d{2}-\d{2}$")]
+Clock = Annotated[str, msgspec.Meta(pattern=r"^([01]\d|2[0-3]):[0-5]\d$")]
+Account = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+
+
+class ProvisionAccessArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Grant the user access to each named resource."""
+
+    accesses: Annotated[list[Resource], msgspec.Meta(min_length=1, max_length=20)]
+
+
+class AccessItem(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One access of a provision_access batch."""
+
+    access: Resource
+
+
+class RevokeAccessArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Revoke an access granted earlier (compensation)."""
+
+    access_id: str
+    access: Resource
+
+
+class BookTableArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Book a table at a restaurant."""
+
+    restaurant: Resource
+    date: Day
+    time: Clock
+    party_size: Annotated[int, msgspec.Meta(ge=1, le=20)] = 2
+
+
+class CancelBookingArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Cancel a confirmed booking (compensation)."""
+
+    booking_id: str
+    restaurant: Resource
+
+
+class TransferMoneyArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Move money from one of the user's accounts to another account."""
+
+    to_account: Account
+    amount_cents: Annotated[int, msgspec.Meta(gt=0)]
+    currency: Annotated[str, msgspec.Meta(pattern=r"^[A-Z]{3}$")] = "EUR"
+    from_account: Account = "main"
+
+
+class CheckAvailabilityArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Read which times a restaurant has free on a date."""
+
+    restaurant: Resource
+    date: Day
+
+
+_WORD = re.compile(r"[^a-z0-9_-]+")
+
+
+def normalise_resource(value: str) -> str:
+    """Lowercase and collapse what a model or a speech recogniser writes around a name."""
+    return _WORD.sub("-", value.strip().lower()).strip("-")
+
+
+DEMO_TOOLS: tuple[ToolDeclaration, ...] = (
+    ToolDeclaration(
+        name="provision_access",
+        description="Grant the user access to one or more tools or workspaces.",
+        arguments=AccessItem,
+        executor="sandbox.access",
+        batch_field="accesses",
+        item_field="access",
+        idempotent=True,
+        compensating_tool="revoke_access",
+        compensation_arguments=lambda args, result: {
+            "access_id": str(result.get("id", "")),
+            "access": args["access"],
+        },
+        owner="session",
+        duplicate_policy="allow",
+        limits=Limits(per_user_open=16),
+        overflow="queue",
+    ),
+    ToolDeclaration(
+        name="revoke_access",
+        description="Revoke an access granted earlier.",
+        arguments=RevokeAccessArgs,
+        executor="sandbox.revoke_access",
+        idempotent=True,
+        internal=True,
+    ),
+    ToolDeclaration(
+        name="book_table",
+        description="Book a table at a restaurant for a date, time and party size.",
+        arguments=BookTableArgs,
+        executor="sandbox.booking",
+        idempotent=True,
+        cancellable=True,
+        compensating_tool="cancel_booking",
+        compensation_arguments=lambda args, result: {
+            "booking_id": str(result.get("id", "")),
+            "restaurant": args["restaurant"],
+        },
+        subject_key_fields=("restaurant", "date"),
+        owner="session",
+        duplicate_policy="replace",
+        deadline_s=300.0,
+    ),
+    ToolDeclaration(
+        name="cancel_booking",
+        description="Cancel a confirmed booking.",
+        arguments=CancelBookingArgs,
+        executor="sandbox.cancel_booking",
+        idempotent=True,
+        internal=True,
+    ),
+    ToolDeclaration(
+        name="transfer_money",
+        description="Transfer money to another account. Irreversible; needs the user's yes.",
+        arguments=TransferMoneyArgs,
+        executor="sandbox.transfer",
+        idempotent=False,
+        needs_confirmation=True,
+        owner="session",
+        priority="urgent",
+        duplicate_policy="confirm",
+        max_attempts=3,
+        business=BusinessLimits(max_amount_cents=500_000, max_per_user_per_hour=5),
+        limits=Limits(per_user_open=4),
+        overflow="reject",
+    ),
+    ToolDeclaration(
+        name="check_availability",
+        description="Check which times a restaurant has free on a date.",
+        arguments=CheckAvailabilityArgs,
+        executor="sandbox.availability",
+        idempotent=True,
+        read_only=True,
+        owner="agent",
+        duplicate_policy="allow",
+        overflow="coalesce",
+        attempt_timeout_s=2.0,
+        deadline_s=20.0,
+    ),
+)

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Create .venv if missing and (re)install the project when pyproject.toml changed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)'; then
+  echo "holdline needs Python 3.11 or newer ($PYTHON is $("$PYTHON" --version 2>&1))" >&2
+  exit 1
+fi
+
+hash=$(sha256sum pyproject.toml | cut -c1-16)
+stamp=".venv/.deps-$hash"
+
+if [ ! -x .venv/bin/python ]; then
+  echo "creating .venv"
+  "$PYTHON" -m venv .venv
+fi
+if [ ! -f "$stamp" ]; then
+  echo "installing dependencies into .venv"
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
+  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+  rm -f .venv/.deps-*
+  touch "$stamp"
+fi

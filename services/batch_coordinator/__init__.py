@@ -1,0 +1,1 @@
+"""batch-coordinator: batch membership, drain detection, one closing delivery per batch."""

@@ -1,0 +1,68 @@
+"""Wiring: the runtime, the two durable consumers and the FastAPI app with probes."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from fastapi import FastAPI
+
+from libs.bus import Context, DurableConsumer, spec_for
+from libs.events import BATCHES, OPERATIONS
+from libs.models import get_model
+from libs.service import Runtime, create_service_app
+
+from .handlers import Coordinator
+from .settings import SERVICE, Settings
+
+
+@dataclass
+class CoordinatorRuntime(Runtime):
+    """Ready only once the projections were rebuilt from the streams."""
+
+    rebuilt: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def readiness(self) -> tuple[bool, str]:
+        """Broker, streams and consumers in place, and the projections rebuilt."""
+        if not self.rebuilt.is_set():
+            return False, "rebuilding projections"
+        return await super().readiness()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The batch-coordinator service."""
+    settings = settings or Settings.from_env()
+    bus = settings.bus
+    runtime = CoordinatorRuntime(
+        name=SERVICE, settings=bus, publishes=(Context.BATCHES, Context.DELIVERIES)
+    )
+    coordinator = Coordinator(runtime, settings, get_model(settings.model))
+
+    def operations(rt: Runtime) -> DurableConsumer[Any]:
+        spec = spec_for(
+            rt.topology, Context.OPERATIONS, durable=rt.topology.durable(SERVICE, "operations"),
+            ack_wait_s=bus.ack_wait_s, max_deliver=bus.max_deliver,
+        )
+        return DurableConsumer(
+            rt.jetstream, spec, OPERATIONS, coordinator.on_operation, topology=rt.topology,
+            source=Context.OPERATIONS, redelivery_backoff_s=bus.redelivery_backoff_s,
+        )
+
+    def batches(rt: Runtime) -> DurableConsumer[Any]:
+        spec = spec_for(
+            rt.topology, Context.BATCHES, durable=rt.topology.durable(SERVICE, "batches"),
+            ack_wait_s=bus.ack_wait_s, max_deliver=bus.max_deliver,
+        )
+        return DurableConsumer(
+            rt.jetstream, spec, BATCHES, coordinator.on_batch, topology=rt.topology,
+            source=Context.BATCHES, redelivery_backoff_s=bus.redelivery_backoff_s,
+        )
+
+    runtime.consumer_factories = [operations, batches]
+
+    async def on_start() -> None:
+        await coordinator.hydrate()
+        runtime.rebuilt.set()
+
+    return create_service_app(runtime, title="holdline batch-coordinator", on_start=on_start)

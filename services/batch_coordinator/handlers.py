@@ -1,0 +1,359 @@
+"""The coordinator's shell: fold events, decide with the pure batch decider, append.
+
+The batch subject is the aggregate. Each step is appended with
+Nats-Expected-Last-Subject-Sequence, and the steps are ordered so that any crash leaves a
+state that says what is left to do:
+
+    batch.member_settled (per member)  ->  claim `batch:{id}:final`  ->  delivery.ready
+    (on the delivery subject, expected sequence 0)  ->  batch.drained
+
+The delivery id is derived from the batch id, so a restart between the claim and the
+append re-appends the very same `delivery.ready`, and the delivery subject's expected
+sequence 0 makes a second one impossible even beyond the duplicate window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from datetime import UTC, datetime
+
+from libs.bus import (
+    ClaimConflict,
+    ConcurrencyConflict,
+    Context,
+    Received,
+    append,
+    claim_once,
+    load,
+    replay,
+)
+from libs.crash import crash_point
+from libs.domain import Projection
+from libs.domain import batch as batch_domain
+from libs.domain import operation as operation_domain
+from libs.domain.batch import (
+    BatchState,
+    CloseBatch,
+    MemberStatus,
+    MemberTerminal,
+    claim_key,
+    final_delivery_id,
+    final_delivery_key,
+)
+from libs.domain.operation import OperationState
+from libs.events import (
+    BATCHES,
+    DELIVERIES,
+    OPERATIONS,
+    BatchEvent,
+    BatchOpened,
+    DeliveryReady,
+    Envelope,
+    OperationEvent,
+    OperationProgress,
+)
+from libs.metrics import COMPLETE_TO_DELIVERY_READY, DUPLICATE_DELIVERIES, EVENTS_PUBLISHED
+from libs.models import MockModel, Outcome, SummaryModel
+from libs.service import Runtime
+
+from .domain import (
+    member_status,
+    needs_model,
+    outcome_of,
+    priority_of,
+    progress_delivery_id,
+    short_summary,
+    template_summary,
+)
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+# Optimistic-concurrency retries before the message is handed back for redelivery.
+_MAX_CONFLICTS = 8
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Coordinator:
+    """Batch projections plus the handlers that close each batch exactly once."""
+
+    def __init__(self, runtime: Runtime, settings: Settings, model: SummaryModel) -> None:
+        self._rt = runtime
+        self._settings = settings
+        self._model = model
+        self.batches: Projection[BatchState, BatchEvent] = Projection(
+            batch_domain.evolve, key=lambda env: env.batch_id or ""
+        )
+        self.ops: Projection[OperationState, OperationEvent] = Projection(
+            operation_domain.evolve, key=lambda env: env.operation_id or ""
+        )
+        # First terminal status seen per operation, whatever the state machine thinks of
+        # a duplicate: the batch only needs to know that the member is done.
+        self.terminal: dict[str, MemberStatus] = {}
+        self.op_batch: dict[str, str] = {}
+        self.last_terminal_at: dict[str, datetime] = {}
+        self.hydrated = asyncio.Event()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ------------------------------------------------------------------ start-up
+
+    async def hydrate(self) -> None:
+        """Rebuild the projections from the streams, then finish what a crash left open."""
+        js = self._rt.jetstream
+        topo = self._rt.topology
+        ops = await replay(
+            js, topo.stream_name(Context.OPERATIONS), topo.context_filter(Context.OPERATIONS),
+            OPERATIONS,
+        )
+        for op_item in ops.items:
+            self._fold_operation(op_item.envelope, op_item.stream_seq)
+        batches = await replay(
+            js, topo.stream_name(Context.BATCHES), topo.context_filter(Context.BATCHES), BATCHES
+        )
+        for item in batches.items:
+            self.batches.apply(item.envelope, item.stream_seq)
+        self.hydrated.set()
+        open_batches = [s for s in self.batches.states.values() if not s.closed]
+        log.info("rebuilt %d batches (%d open)", len(self.batches.states), len(open_batches))
+        for state in open_batches:
+            await self.advance(state.session_id, state.batch_id, cause=None)
+
+    # ------------------------------------------------------------------ handlers
+
+    async def on_operation(self, received: Received[OperationEvent]) -> None:
+        """An operation event: settle its batch member, or publish a progress note."""
+        await self.hydrated.wait()
+        env = received.envelope
+        self._fold_operation(env, received.stream_seq)
+        op_id = env.operation_id or ""
+        batch_id = env.batch_id or self.op_batch.get(op_id)
+        if batch_id is None:
+            return
+        if isinstance(env.event, OperationProgress):
+            await self._progress(env, batch_id)
+            return
+        if member_status(env.event) is None:
+            return
+        previous = self.last_terminal_at.get(batch_id)
+        if previous is None or env.occurred_at > previous:
+            self.last_terminal_at[batch_id] = env.occurred_at
+        await self.advance(env.session_id, batch_id, cause=env.event_id)
+
+    async def on_batch(self, received: Received[BatchEvent]) -> None:
+        """A batch event: fold it; a newly opened batch may already have settled members."""
+        await self.hydrated.wait()
+        env = received.envelope
+        self.batches.apply(env, received.stream_seq)
+        if isinstance(env.event, BatchOpened) and env.batch_id:
+            await self.advance(env.session_id, env.batch_id, cause=env.event_id)
+
+    def _fold_operation(self, env: Envelope[OperationEvent], seq: int) -> None:
+        op_id = env.operation_id or ""
+        self.ops.apply(env, seq)
+        if env.batch_id:
+            self.op_batch.setdefault(op_id, env.batch_id)
+        status = member_status(env.event)
+        if status is not None:
+            first = op_id not in self.terminal
+            self.terminal.setdefault(op_id, status)
+            batch_id = env.batch_id or self.op_batch.get(op_id)
+            state = self.batches.get(batch_id) if batch_id else None
+            if not first and state is not None and state.closed:
+                # A repeat (a callback twice) that would have meant a second closing.
+                DUPLICATE_DELIVERIES.inc()
+
+    # ------------------------------------------------------------------ batch steps
+
+    async def advance(self, session_id: str, batch_id: str, *, cause: str | None) -> None:
+        """Settle every member known to be terminal, and close the batch once drained."""
+        lock = self._locks.setdefault(batch_id, asyncio.Lock())
+        async with lock:
+            for _ in range(_MAX_CONFLICTS):
+                try:
+                    await self._advance(session_id, batch_id, cause)
+                except ConcurrencyConflict as exc:
+                    log.info("batch %s moved under us (%s); reloading", batch_id, exc)
+                    await self._reload(session_id, batch_id)
+                else:
+                    return
+            raise RuntimeError(f"batch {batch_id}: too many concurrent writers")
+
+    async def _advance(self, session_id: str, batch_id: str, cause: str | None) -> None:
+        state, seq = await self._batch(session_id, batch_id)
+        if state is None:
+            # Not opened (yet): batch.opened settles what is already terminal.
+            return
+        for member in state.members:
+            status = self.terminal.get(member)
+            if status is None:
+                continue
+            events = batch_domain.decide(state, MemberTerminal(member, status))
+            state, seq = await self._append_batch(state, seq, events, cause)
+        if state.closing_due:
+            await self._close(state, seq, cause)
+
+    async def _close(self, state: BatchState, seq: int, cause: str | None) -> None:
+        delivery_id = final_delivery_id(state.batch_id)
+        kv = self._rt.bucket("deliveries")
+        try:
+            key = claim_key(final_delivery_key(state.batch_id))
+            await claim_once(kv, key, delivery_id.encode())
+        except ClaimConflict as exc:
+            # Claimed by another version with another id: that one is the closing.
+            delivery_id = exc.existing.decode()
+            log.warning("batch %s closing already claimed as %s", state.batch_id, delivery_id)
+        crash_point("coordinator.after_claim")
+        members = [await self._operation(state.session_id, m) for m in state.members]
+        outcomes = [
+            outcome_of(m, state.settled[m], s) for m, s in zip(state.members, members, strict=True)
+        ]
+        text = await self._summary(outcomes)
+        ready = Envelope(
+            event_id=f"{delivery_id}-ready",
+            occurred_at=_now(),
+            session_id=state.session_id,
+            turn_id=state.turn_id,
+            batch_id=state.batch_id,
+            delivery_id=delivery_id,
+            agent=state.agent,
+            causation_id=cause,
+            event=DeliveryReady(
+                kind="final",
+                priority=priority_of(members),
+                text=text,
+                short_text=short_summary(outcomes, self._settings.language),
+                source_operation_ids=state.members,
+            ),
+        )
+        subject = self._rt.topology.delivery_subject(state.session_id, delivery_id)
+        try:
+            appended = await append(
+                self._rt.jetstream, DELIVERIES, subject, ready, expected_last_subject_seq=0
+            )
+            if not appended.duplicate:
+                EVENTS_PUBLISHED.labels(stream="deliveries").inc()
+                terminal_at = self.last_terminal_at.get(state.batch_id)
+                if terminal_at is not None:
+                    elapsed = (ready.occurred_at - terminal_at).total_seconds()
+                    COMPLETE_TO_DELIVERY_READY.observe(max(elapsed, 0.0))
+        except ConcurrencyConflict:
+            # Appended before a crash: the subject holds the one closing already.
+            log.info("batch %s: closing %s already ready", state.batch_id, delivery_id)
+        crash_point("coordinator.after_ready")
+        drained = batch_domain.decide(state, CloseBatch(delivery_id))
+        await self._append_batch(state, seq, drained, ready.event_id)
+
+    async def _summary(self, outcomes: Sequence[Outcome]) -> str:
+        language = self._settings.language
+        if not needs_model(outcomes):
+            return template_summary(outcomes, language)
+        try:
+            return await self._model.explain_failures(outcomes, language=language)
+        except Exception:
+            # A closing must not hang on a model outage: the mock's words are always true.
+            log.exception("model %s failed; using the deterministic explanation", self._model.name)
+            return await MockModel().explain_failures(outcomes, language=language)
+
+    async def _progress(self, env: Envelope[OperationEvent], batch_id: str) -> None:
+        event = env.event
+        assert isinstance(event, OperationProgress)
+        state, _seq = await self._batch(env.session_id, batch_id)
+        if state is None or state.drained or state.closed:
+            # Never a note after (or racing) the closing.
+            return
+        delivery_id = progress_delivery_id(env.event_id)
+        note = Envelope(
+            event_id=f"{delivery_id}-ready",
+            occurred_at=_now(),
+            session_id=env.session_id,
+            turn_id=state.turn_id,
+            operation_id=env.operation_id,
+            batch_id=batch_id,
+            delivery_id=delivery_id,
+            agent=state.agent,
+            causation_id=env.event_id,
+            event=DeliveryReady(
+                kind="progress",
+                text=event.message,
+                short_text=event.message,
+                source_operation_ids=(env.operation_id or "",),
+            ),
+        )
+        subject = self._rt.topology.delivery_subject(env.session_id, delivery_id)
+        try:
+            await append(self._rt.jetstream, DELIVERIES, subject, note, expected_last_subject_seq=0)
+        except ConcurrencyConflict:
+            return
+
+    # ------------------------------------------------------------------ loading
+
+    async def _batch(self, session_id: str, batch_id: str) -> tuple[BatchState | None, int]:
+        state = self.batches.get(batch_id)
+        if state is None:
+            await self._reload(session_id, batch_id)
+            state = self.batches.get(batch_id)
+        return state, self.batches.last_seq.get(batch_id, 0)
+
+    async def _reload(self, session_id: str, batch_id: str) -> None:
+        topo = self._rt.topology
+        loaded = await load(
+            self._rt.jetstream,
+            topo.stream_name(Context.BATCHES),
+            topo.batch_subject(session_id, batch_id),
+            BATCHES,
+            batch_domain.evolve,
+        )
+        # Never step back behind what the consumer applied while the replay ran.
+        if loaded.state is not None and loaded.last_seq >= self.batches.last_seq.get(batch_id, 0):
+            self.batches.states[batch_id] = loaded.state
+            self.batches.last_seq[batch_id] = loaded.last_seq
+
+    async def _append_batch(
+        self, state: BatchState, seq: int, events: list[BatchEvent], cause: str | None
+    ) -> tuple[BatchState, int]:
+        subject = self._rt.topology.batch_subject(state.session_id, state.batch_id)
+        for event in events:
+            env = Envelope(
+                event_id=_batch_event_id(state.batch_id, event),
+                occurred_at=_now(),
+                session_id=state.session_id,
+                turn_id=state.turn_id,
+                batch_id=state.batch_id,
+                agent=state.agent,
+                causation_id=cause,
+                event=event,
+            )
+            appended = await append(
+                self._rt.jetstream, BATCHES, subject, env, expected_last_subject_seq=seq
+            )
+            EVENTS_PUBLISHED.labels(stream="batches").inc()
+            new_state = self.batches.apply(env, appended.seq)
+            state, seq = new_state or state, appended.seq
+            crash_point(f"coordinator.after_{str(event.__struct_config__.tag).split('.')[-1]}")
+        return state, seq
+
+    async def _operation(self, session_id: str, operation_id: str) -> OperationState | None:
+        state = self.ops.get(operation_id)
+        if state is not None:
+            return state
+        topo = self._rt.topology
+        loaded = await load(
+            self._rt.jetstream,
+            topo.stream_name(Context.OPERATIONS),
+            topo.operation_subject(session_id, operation_id),
+            OPERATIONS,
+            operation_domain.evolve,
+        )
+        return loaded.state
+
+
+def _batch_event_id(batch_id: str, event: BatchEvent) -> str:
+    # Deterministic per step: a repeat of the same step inside the dedup window is dropped.
+    tag = event.__struct_config__.tag
+    member = getattr(event, "member_operation_id", "")
+    return f"{batch_id}:{tag}:{member}".rstrip(":")

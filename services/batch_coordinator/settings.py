@@ -1,0 +1,34 @@
+"""batch-coordinator settings, read once from the environment.
+
+`HOLDLINE_LANGUAGE` (default `en`) language of closing summaries (`en`, `es`).
+`HOLDLINE_MODEL` (default `mock`) model that explains final failures (libs.models).
+Broker settings come from `BusSettings.from_env()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from libs.config import BusSettings, env_str
+
+SERVICE = "batch-coordinator"
+ENV_PREFIX = "BATCH_COORDINATOR"
+DEFAULT_PORT = 8092
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the coordinator reads from its environment."""
+
+    bus: BusSettings
+    language: str = "en"
+    model: str = "mock"
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Read the settings from the environment."""
+        return cls(
+            bus=BusSettings.from_env(),
+            language=env_str("HOLDLINE_LANGUAGE", cls.language),
+            model=env_str("HOLDLINE_MODEL", cls.model),
+        )

@@ -1,0 +1,233 @@
+"""The gate's shell: fold events, ask the pure decider, append with expected sequence.
+
+Every change of a session (a channel event, a newer intent, a new or unheard delivery)
+re-evaluates that session's open deliveries; a timer does the same when a quiet window or
+a wait limit runs out. Timers are derived from persisted events (the delivery's ready time,
+the moment the user stopped), so a restart re-arms them by re-evaluating everything open.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from datetime import UTC, datetime, timedelta
+
+from libs.bus import ConcurrencyConflict, Context, Received, append, load, replay
+from libs.domain import delivery as delivery_domain
+from libs.domain.channel import decide_delivery
+from libs.domain.delivery import DeliveryState
+from libs.events import (
+    DELIVERIES,
+    INTERACTION,
+    OPERATIONS,
+    DeliveryEvent,
+    Envelope,
+    InteractionEvent,
+    OperationAdmitted,
+    OperationCompensated,
+    OperationEvent,
+)
+from libs.metrics import (
+    DELIVERY_READY_TO_DECISION,
+    EVENTS_PUBLISHED,
+    NEXT_TURN_RESYNCS,
+    STALE_DELIVERIES,
+)
+from libs.service import Runtime
+
+from .domain import GateProjections
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+_MAX_CONFLICTS = 8
+_RETRY_AFTER = timedelta(seconds=1)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Gate:
+    """The ActivityGate of every session this process serves."""
+
+    def __init__(self, runtime: Runtime, settings: Settings) -> None:
+        self._rt = runtime
+        self._policy = settings.policy
+        self.state = GateProjections()
+        self.hydrated = asyncio.Event()
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._timers: dict[str, asyncio.TimerHandle] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # ------------------------------------------------------------------ start-up
+
+    async def hydrate(self) -> None:
+        """Rebuild every projection from the streams, then decide everything still open."""
+        js = self._rt.jetstream
+        topo = self._rt.topology
+
+        interaction = await replay(
+            js, topo.stream_name(Context.INTERACTION), topo.context_filter(Context.INTERACTION),
+            INTERACTION,
+        )
+        for i_item in interaction.items:
+            self.state.apply_interaction(i_item.envelope, i_item.stream_seq)
+        operations = await replay(
+            js, topo.stream_name(Context.OPERATIONS), topo.context_filter(Context.OPERATIONS),
+            OPERATIONS,
+        )
+        for o_item in operations.items:
+            self.state.apply_operation(o_item.envelope, o_item.stream_seq)
+        deliveries = await replay(
+            js, topo.stream_name(Context.DELIVERIES), topo.context_filter(Context.DELIVERIES),
+            DELIVERIES,
+        )
+        for d_item in deliveries.items:
+            self.state.apply_delivery(d_item.envelope, d_item.stream_seq)
+        self.hydrated.set()
+        sessions = list(self.state.sessions_with_open_deliveries())
+        log.info("rebuilt gate state; %d sessions are owed a delivery", len(sessions))
+        for session_id in sessions:
+            await self.evaluate_session(session_id, cause=None)
+
+    async def stop(self) -> None:
+        """Cancel timers and in-flight re-evaluations."""
+        for handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        for task in list(self._tasks):
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+    # ------------------------------------------------------------------ handlers
+
+    async def on_interaction(self, received: Received[InteractionEvent]) -> None:
+        """A channel change: re-evaluate the session's waiting deliveries."""
+        await self.hydrated.wait()
+        env = received.envelope
+        if self.state.apply_interaction(env, received.stream_seq):
+            await self.evaluate_session(env.session_id, cause=env.event_id)
+
+    async def on_operation(self, received: Received[OperationEvent]) -> None:
+        """A newer intent or an undo can make an owed result stale."""
+        await self.hydrated.wait()
+        env = received.envelope
+        applied = self.state.apply_operation(env, received.stream_seq)
+        if applied and isinstance(env.event, OperationAdmitted | OperationCompensated):
+            await self.evaluate_session(env.session_id, cause=env.event_id)
+
+    async def on_delivery(self, received: Received[DeliveryEvent]) -> None:
+        """A new, sent, heard or unheard delivery: decide again for its session."""
+        await self.hydrated.wait()
+        env = received.envelope
+        if self.state.apply_delivery(env, received.stream_seq):
+            await self.evaluate_session(env.session_id, cause=env.event_id)
+
+    # ------------------------------------------------------------------ deciding
+
+    async def evaluate_session(self, session_id: str, *, cause: str | None) -> None:
+        """Decide for every open delivery of the session, one session at a time."""
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        async with lock:
+            for delivery in self.state.open_deliveries(session_id):
+                await self._evaluate(delivery.delivery_id, cause)
+
+    async def _evaluate(self, delivery_id: str, cause: str | None) -> None:
+        for _ in range(_MAX_CONFLICTS):
+            state = self.state.deliveries.get(delivery_id)
+            if state is None or not state.open:
+                self._disarm(delivery_id)
+                return
+            now = _now()
+            outcome = decide_delivery(state, self.state.view(state.session_id), now, self._policy)
+            try:
+                await self._append(state, outcome.events, cause)
+            except ConcurrencyConflict:
+                # The surface wrote (sent, spoken, unheard) meanwhile: reload and decide again.
+                await self._reload(state)
+                continue
+            if outcome.first_decision is not None and state.ready_at is not None:
+                elapsed = max((now - state.ready_at).total_seconds(), 0.0)
+                DELIVERY_READY_TO_DECISION.labels(decision=outcome.first_decision).observe(elapsed)
+            if outcome.stale:
+                STALE_DELIVERIES.inc()
+            if outcome.resync:
+                NEXT_TURN_RESYNCS.inc()
+            self._arm(state.session_id, delivery_id, outcome.recheck_at)
+            return
+        raise RuntimeError(f"delivery {delivery_id}: too many concurrent writers")
+
+    async def _append(
+        self, state: DeliveryState, events: list[DeliveryEvent], cause: str | None
+    ) -> None:
+        subject = self._rt.topology.delivery_subject(state.session_id, state.delivery_id)
+        for event in events:
+            seq = self.state.deliveries.last_seq.get(state.delivery_id, 0)
+            env: Envelope[DeliveryEvent] = Envelope(
+                event_id=_event_id(),
+                occurred_at=_now(),
+                session_id=state.session_id,
+                turn_id=state.turn_id,
+                batch_id=state.batch_id,
+                delivery_id=state.delivery_id,
+                agent=state.agent,
+                causation_id=cause,
+                event=event,
+            )
+            appended = await append(
+                self._rt.jetstream, DELIVERIES, subject, env, expected_last_subject_seq=seq
+            )
+            EVENTS_PUBLISHED.labels(stream="deliveries").inc()
+            self.state.apply_delivery(env, appended.seq)
+            cause = env.event_id
+
+    async def _reload(self, state: DeliveryState) -> None:
+        topo = self._rt.topology
+        loaded = await load(
+            self._rt.jetstream,
+            topo.stream_name(Context.DELIVERIES),
+            topo.delivery_subject(state.session_id, state.delivery_id),
+            DELIVERIES,
+            delivery_domain.evolve,
+        )
+        if loaded.state is not None:
+            self.state.replace_delivery(loaded.state, loaded.last_seq)
+
+    # ------------------------------------------------------------------ timers
+
+    def _arm(self, session_id: str, delivery_id: str, at: datetime | None) -> None:
+        self._disarm(delivery_id)
+        if at is None:
+            return
+        delay = max((at - _now()).total_seconds(), 0.0)
+        loop = asyncio.get_running_loop()
+        self._timers[delivery_id] = loop.call_later(
+            delay, self._fire, session_id, delivery_id
+        )
+
+    def _disarm(self, delivery_id: str) -> None:
+        handle = self._timers.pop(delivery_id, None)
+        if handle is not None:
+            handle.cancel()
+
+    def _fire(self, session_id: str, delivery_id: str) -> None:
+        self._timers.pop(delivery_id, None)
+        task = asyncio.create_task(self._recheck(session_id, delivery_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _recheck(self, session_id: str, delivery_id: str) -> None:
+        try:
+            await self.evaluate_session(session_id, cause=None)
+        except Exception:
+            # A broker hiccup must not forget the timer: look again shortly.
+            log.exception("re-evaluation of session %s failed; retrying", session_id)
+            self._arm(session_id, delivery_id, _now() + _RETRY_AFTER)
+
+
+def _event_id() -> str:
+    return f"ev-{uuid.uuid4().hex}"

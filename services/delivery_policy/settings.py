@@ -1,0 +1,47 @@
+"""delivery-policy settings, read once from the environment.
+
+`HOLDLINE_MIN_QUIET_MS` (default 650) silence required after the user stops speaking or
+typing before a proactive delivery.
+`HOLDLINE_MIN_QUIET_RULES` (default empty) overrides per channel, language and domain
+(the tool of the delivery's operations), most specific wins: `voice:es:*=800,chat:*:*=300,
+*:*:transfer_money=1200`.
+`HOLDLINE_DELIVERY_WINDOW_MS` (default 30000) how long a delivery may wait for a proactive
+window before it falls back to next-turn resync.
+`HOLDLINE_MAX_UNHEARD` (default 3) unheard attempts before next-turn resync.
+`HOLDLINE_LANGUAGE` (default `en`) conversation language used to pick quiet rules.
+Broker settings come from `BusSettings.from_env()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from libs.config import BusSettings, env_int, env_str
+from libs.domain.channel import GatePolicy, parse_quiet_rules
+
+SERVICE = "delivery-policy"
+ENV_PREFIX = "DELIVERY_POLICY"
+DEFAULT_PORT = 8093
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything the delivery-policy reads from its environment."""
+
+    bus: BusSettings
+    policy: GatePolicy
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Read the settings from the environment."""
+        defaults = GatePolicy()
+        return cls(
+            bus=BusSettings.from_env(),
+            policy=GatePolicy(
+                min_quiet_ms=env_int("HOLDLINE_MIN_QUIET_MS", defaults.min_quiet_ms),
+                rules=parse_quiet_rules(env_str("HOLDLINE_MIN_QUIET_RULES", "")),
+                window_ms=env_int("HOLDLINE_DELIVERY_WINDOW_MS", defaults.window_ms),
+                max_unheard=env_int("HOLDLINE_MAX_UNHEARD", defaults.max_unheard),
+                language=env_str("HOLDLINE_LANGUAGE", defaults.language),
+            ),
+        )

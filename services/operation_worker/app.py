@@ -1,0 +1,152 @@
+"""operation-worker: consumers for dispatch and work, plus the callback route."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import msgspec
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+
+from libs.admission import LoadView
+from libs.bus import Context, DurableConsumer, spec_for
+from libs.events import OPERATIONS, WORK
+from libs.problems import install_problem_handlers, problem
+from libs.service import Runtime, create_service_app
+from libs.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
+from libs.tools import default_registry, sandbox_client
+
+from .handlers import Worker
+from .settings import Settings
+
+_MAX_CALLBACK_BYTES = 64 * 1024
+
+
+class CallbackBody(msgspec.Struct, frozen=True, kw_only=True):
+    """What a provider's completion callback must carry (other fields are ignored)."""
+
+    callback_id: str
+    reference: str | None = None
+    status: str
+    record: dict[str, Any]
+
+
+_CALLBACK = msgspec.json.Decoder(CallbackBody)
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """Build the worker's app; consumers start with it."""
+    settings = settings or Settings.from_env()
+    client = sandbox_client()
+    registry = default_registry(client)
+    holder: dict[str, Worker] = {}
+    view = LoadView()
+
+    def worker(runtime: Runtime) -> Worker:
+        if "w" not in holder:
+            holder["w"] = Worker(
+                runtime.jetstream,
+                runtime.topology,
+                registry,
+                settings,
+                leases=runtime.bucket("leases"),
+                view=view,
+            )
+        return holder["w"]
+
+    def dispatch(runtime: Runtime) -> DurableConsumer[Any]:
+        spec = spec_for(
+            runtime.topology,
+            Context.OPERATIONS,
+            durable="operation-worker-dispatch",
+            ack_wait_s=settings.bus.ack_wait_s,
+            max_deliver=settings.bus.max_deliver,
+        )
+        return DurableConsumer(
+            runtime.jetstream,
+            spec,
+            OPERATIONS,
+            worker(runtime).dispatch,
+            topology=runtime.topology,
+            source=Context.OPERATIONS,
+            redelivery_backoff_s=settings.bus.redelivery_backoff_s,
+        )
+
+    def work(runtime: Runtime) -> DurableConsumer[Any]:
+        spec = spec_for(
+            runtime.topology,
+            Context.WORK,
+            durable="operation-worker-work",
+            ack_wait_s=settings.bus.ack_wait_s,
+            max_deliver=settings.bus.max_deliver,
+        )
+        # One operation at a time per operation, many operations at once per worker.
+        return DurableConsumer(
+            runtime.jetstream,
+            spec,
+            WORK,
+            worker(runtime).work,
+            topology=runtime.topology,
+            source=Context.WORK,
+            redelivery_backoff_s=settings.bus.redelivery_backoff_s,
+            group_by=lambda subject: subject,
+            max_in_flight=settings.max_in_flight,
+        )
+
+    runtime = Runtime(
+        name="operation-worker",
+        settings=settings.bus,
+        publishes=(Context.OPERATIONS, Context.WORK, Context.DLQ),
+        consumer_factories=(dispatch, work),
+    )
+
+    async def start_view() -> None:
+        await view.follow(runtime.jetstream, runtime.topology)
+
+    async def stop() -> None:
+        await view.close()
+        await client.aclose()
+
+    app = create_service_app(
+        runtime, title="holdline operation-worker", on_start=start_view, on_stop=stop
+    )
+    install_problem_handlers(app)
+
+    @app.post("/v1/callbacks/{provider}")
+    async def callback(provider: str, request: Request) -> Response:
+        """A provider's signed async completion; applying it twice changes nothing."""
+        if provider != "sandbox":
+            return problem(404, "Not found", f"no provider named {provider!r}")
+        body = await request.body()
+        if len(body) > _MAX_CALLBACK_BYTES:
+            return problem(
+                413, "Payload too large", f"callbacks are limited to {_MAX_CALLBACK_BYTES} bytes"
+            )
+        if not verify(
+            settings.callback_secret,
+            request.headers.get(TIMESTAMP_HEADER),
+            request.headers.get(SIGNATURE_HEADER),
+            body,
+            now=time.time(),
+        ):
+            return problem(
+                401,
+                "Unauthorized",
+                "missing, stale or wrong callback signature",
+                slug="bad-signature",
+            )
+        try:
+            payload = _CALLBACK.decode(body)
+        except msgspec.DecodeError as exc:
+            return problem(400, "Bad request", str(exc), slug="bad-callback")
+        if not payload.reference:
+            return problem(
+                422, "Invalid request", "callback carries no reference", slug="no-reference"
+            )
+        if "w" not in holder:
+            return problem(503, "Service unavailable", "the worker is still starting")
+        outcome = await holder["w"].complete_from_callback(payload.reference, payload.record)
+        return JSONResponse({"callback_id": payload.callback_id, "result": outcome})
+
+    return app

@@ -1,0 +1,494 @@
+"""The worker's thin shell: load an operation, ask the pure decisions, append, repeat.
+
+Two consumers and one HTTP route feed it:
+- dispatch: operation events → work commands (policy), on the operations stream;
+- work: execute / cancel one operation, competing with every other worker;
+- callbacks: the provider's signed async completions.
+Every append names the subject sequence it was decided from, so two writers never both win;
+the loser reloads and decides again from the new truth.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+from nats.js import JetStreamContext
+from nats.js.kv import KeyValue
+
+from libs import metrics
+from libs.admission import LoadView
+from libs.bus import (
+    ConcurrencyConflict,
+    Context,
+    DeadLetter,
+    Poison,
+    Received,
+    Topology,
+    append,
+    load,
+)
+from libs.crash import crash_point
+from libs.domain import OperationState, OpStatus, operation
+from libs.events import (
+    OPERATIONS,
+    WORK,
+    CancelOperation,
+    Envelope,
+    OperationAttempted,
+    OperationCancelled,
+    OperationCancelRefused,
+    OperationDeadLettered,
+    OperationEvent,
+    OperationFailedFinal,
+    OperationReconciled,
+    OperationRetryScheduled,
+    OperationStarted,
+    OperationUnknown,
+    WorkCommand,
+)
+from libs.tools import Lookup, OperationCall, ToolDeclaration, ToolRegistry
+from libs.tools.sandbox import lookup_from_record
+
+from .domain import RetryBudget, after_attempt, after_lookup, completion_events, policy
+from .lease import Lease, acquire
+from .settings import Settings
+
+log = logging.getLogger(__name__)
+
+# How long past its deadline an unresolved operation is still watched before an operator
+# has to look at it (it is then dead-lettered with its full history).
+_GRACE_S = 60.0
+
+
+class _Stale(Exception):
+    """The operation changed under us: reload and decide again."""
+
+
+@dataclass
+class _Op:
+    """An operation as loaded, with the sequence to append after."""
+
+    state: OperationState
+    seq: int
+    subject: str
+
+
+class Worker:
+    """Executes admitted operations exactly once per intent against their systems of record."""
+
+    def __init__(
+        self,
+        js: JetStreamContext,
+        topology: Topology,
+        registry: ToolRegistry,
+        settings: Settings,
+        *,
+        leases: KeyValue,
+        view: LoadView,
+    ) -> None:
+        self._js = js
+        self._topology = topology
+        self._registry = registry
+        self._settings = settings
+        self._leases = leases
+        # Running operations per tool, across workers: the gate that makes "queue" real.
+        self._view = view
+        self._budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min)
+        # Jitter only, never security: a plain PRNG is the right tool.
+        self._rand = random.Random()  # noqa: S311
+
+    # -- loading and appending -----------------------------------------------------------
+    async def _load(self, session_id: str, operation_id: str) -> _Op | None:
+        subject = self._topology.operation_subject(session_id, operation_id)
+        loaded = await load(
+            self._js,
+            self._topology.stream_name(Context.OPERATIONS),
+            subject,
+            OPERATIONS,
+            operation.evolve,
+        )
+        if loaded.state is None:
+            return None
+        return _Op(loaded.state, loaded.last_seq, subject)
+
+    async def _append(self, op: _Op, *events: OperationEvent) -> _Op:
+        """Append events in order after op.seq; raises _Stale if someone wrote in between."""
+        state, seq = op.state, op.seq
+        for event in events:
+            env = Envelope(
+                event_id=f"ev_{self._rand.getrandbits(80):020x}",
+                occurred_at=datetime.now(UTC),
+                session_id=state.session_id,
+                turn_id=state.turn_id,
+                operation_id=state.operation_id,
+                intent_key=state.intent_key,
+                subject_key=state.subject_key,
+                batch_id=state.batch_id,
+                agent=state.agent,
+                event=event,
+            )
+            try:
+                ack = await append(
+                    self._js, OPERATIONS, op.subject, env, expected_last_subject_seq=seq
+                )
+            except ConcurrencyConflict:
+                raise _Stale from None
+            state, seq = operation.evolve(state, env), ack.seq
+            self._view.apply(env, seq)
+            metrics.EVENTS_PUBLISHED.labels("operations").inc()
+            self._observe(state, event)
+        return _Op(state, seq, op.subject)
+
+    def _observe(self, state: OperationState, event: OperationEvent) -> None:
+        tool = state.tool
+        match event:
+            case OperationStarted(attempt=1) if state.admitted_at is not None:
+                metrics.OPERATION_ACCEPT_TO_START.labels(tool).observe(
+                    (datetime.now(UTC) - state.admitted_at).total_seconds()
+                )
+            case OperationAttempted(outcome=outcome) if outcome.startswith("timeout"):
+                metrics.TIMEOUTS.labels(tool, outcome.removeprefix("timeout_")).inc()
+            case OperationUnknown():
+                metrics.UNKNOWNS.labels(tool).inc()
+            case OperationRetryScheduled():
+                metrics.RETRIES.labels(tool).inc()
+        if state.terminal and state.admitted_at is not None:
+            metrics.OPERATIONS_TERMINAL.labels(tool, state.status.value).inc()
+            metrics.OPERATION_DURATION.labels(tool, state.status.value).observe(
+                (datetime.now(UTC) - state.admitted_at).total_seconds()
+            )
+            if state.status is OpStatus.CANCELLED:
+                metrics.CANCELLATIONS_CONFIRMED.labels(tool).inc()
+
+    def _timeout(self, declaration: ToolDeclaration) -> float:
+        return declaration.attempt_timeout_s * self._settings.timeout_scale
+
+    def _call(self, state: OperationState) -> OperationCall:
+        return OperationCall(
+            operation_id=state.operation_id,
+            session_id=state.session_id,
+            tool=state.tool,
+            arguments=state.arguments,
+            tenant_id=state.tenant_id or "",
+            user_id=state.user_id or "",
+            # The operation id is the key: stable across retries, redeliveries and workers.
+            idempotency_key=state.operation_id,
+            reference=f"{state.session_id}/{state.operation_id}",
+            result=state.result,
+        )
+
+    # -- dispatch ------------------------------------------------------------
+    async def dispatch(self, received: Received[OperationEvent]) -> None:
+        """Policy: operation events → work commands (deduplicated by message id)."""
+        env = received.envelope
+        for command in policy(env.event):
+            tag = command.__struct_config__.tag
+            work = Envelope(
+                event_id=f"{tag}:{env.operation_id}:{received.stream_seq}",
+                occurred_at=env.occurred_at,
+                session_id=env.session_id,
+                operation_id=env.operation_id,
+                causation_id=env.event_id,
+                event=command,
+            )
+            subject = self._topology.work_subject(env.session_id, env.operation_id or "")
+            await append(self._js, WORK, subject, work, msg_id=f"{tag}:{env.operation_id}")
+
+    # -- work ------------------------------------------------------------------------------
+    async def work(self, received: Received[WorkCommand]) -> None:
+        """Run one operation to a terminal state (or until another worker owns it)."""
+        env = received.envelope
+        if not env.operation_id:
+            raise Poison("work command without operation_id")
+        lease = await acquire(
+            self._leases, env.operation_id, self._settings.worker_id, self._settings.lease_ttl_s
+        )
+        if lease is None:
+            # Another live worker has it; it will see any new request when it reloads.
+            return
+        renewer = asyncio.create_task(self._renew(lease))
+        try:
+            await self._drive(env.session_id, env.operation_id, env.event)
+        finally:
+            renewer.cancel()
+            await lease.release()
+
+    async def _renew(self, lease: Lease) -> None:
+        while True:
+            await asyncio.sleep(self._settings.lease_ttl_s / 3)
+            await lease.renew()
+
+    async def _drive(self, session_id: str, operation_id: str, command: WorkCommand) -> None:
+        for _ in range(10_000):
+            op = await self._load(session_id, operation_id)
+            if op is None:
+                raise Poison(f"no events for operation {operation_id}")
+            if op.state.terminal:
+                return
+            try:
+                done = await self._step(op, command)
+            except _Stale:
+                continue
+            if done:
+                return
+        raise RuntimeError(f"operation {operation_id} did not settle")
+
+    async def _step(self, op: _Op, command: WorkCommand) -> bool:
+        """One decision and its appends; True when this worker is done with the operation."""
+        state = op.state
+        declaration = self._registry.tool(state.tool)
+        now = datetime.now(UTC)
+        if self._hopeless(state, now):
+            await self._dead_letter(op, "unresolved past its deadline; an operator must decide")
+            return True
+        match state.status:
+            case OpStatus.AWAITING_CONFIRMATION | OpStatus.REQUESTED:
+                return True
+            case OpStatus.CANCEL_REQUESTED:
+                return await self._cancel(op, declaration)
+            case OpStatus.UNKNOWN:
+                return await self._reconcile(op, declaration)
+            case OpStatus.RUNNING if state.awaiting_async:
+                return await self._await_async(op, declaration)
+            case OpStatus.RUNNING if not state.idempotent:
+                # A worker died mid-attempt of a non-idempotent call: it may have been sent.
+                await self._append(op, OperationUnknown(reason="worker stopped during an attempt"))
+                return False
+            case OpStatus.FAILED_RETRYABLE if state.retry_at and state.retry_at > now:
+                await self._sleep_until(op, state.retry_at)
+                return False
+        if isinstance(command, CancelOperation) and state.status is OpStatus.ADMITTED:
+            return True
+        if state.deadline_at is not None and now >= state.deadline_at:
+            await self._append(
+                op,
+                OperationFailedFinal(reason="deadline", detail="not started before the deadline"),
+            )
+            return True
+        return await self._attempt(op, declaration)
+
+    def _hopeless(self, state: OperationState, now: datetime) -> bool:
+        if state.deadline_at is None or state.dead_lettered:
+            return False
+        return (now - state.deadline_at).total_seconds() > _GRACE_S
+
+    async def _attempt(self, op: _Op, declaration: ToolDeclaration) -> bool:
+        state = op.state
+        attempt = state.attempts + 1
+        op = await self._append(
+            op, OperationStarted(worker_id=self._settings.worker_id, attempt=attempt)
+        )
+        crash_point("worker.after_started")
+        if attempt == 1:
+            self._budget.record_first()
+        executor = self._registry.executor_for(state.tool)
+        result = await executor.execute(self._call(op.state), timeout_s=self._timeout(declaration))
+        if result.outcome == "success":
+            crash_point("worker.after_provider_commit")
+        recorded = OperationAttempted(
+            attempt=attempt,
+            outcome=result.outcome,
+            http_status=result.http_status,
+            duration_ms=round(result.duration_ms, 3),
+            retry_after_s=result.retry_after_s,
+            provider_ref=result.provider_ref,
+            detail=result.detail[:500],
+        )
+        decision = after_attempt(
+            op.state,
+            declaration,
+            result,
+            now=datetime.now(UTC),
+            draw=self._rand.random(),
+            budget_ok=True,
+            backoff_scale=self._settings.backoff_scale,
+        )
+        retrying = any(isinstance(e, OperationRetryScheduled) for e in decision.events)
+        if retrying and not self._budget.try_spend():
+            decision = after_attempt(
+                op.state, declaration, result, now=datetime.now(UTC), draw=0.0, budget_ok=False
+            )
+        op = await self._append(op, recorded)
+        crash_point("worker.after_attempt_recorded")
+        op = await self._append(op, *decision.events)
+        if op.state.status is OpStatus.FAILED_FINAL:
+            await self._dead_letter(op, op.state.failure or "failed")
+        return op.state.terminal
+
+    async def _sleep_until(self, op: _Op, when: datetime) -> None:
+        """Wait for a retry, waking early if the operation changes (a cancel, a callback)."""
+        deadline = time.monotonic() + max(0.0, (when - datetime.now(UTC)).total_seconds())
+        while (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(left, self._settings.poll_interval_s))
+            fresh = await self._load(op.state.session_id, op.state.operation_id)
+            if fresh is None or fresh.seq != op.seq:
+                return
+
+    async def _await_async(self, op: _Op, declaration: ToolDeclaration) -> bool:
+        """Wait for the provider's callback; poll once it is overdue."""
+        state = op.state
+        since = state.last_attempt_at or datetime.now(UTC)
+        waited = (datetime.now(UTC) - since).total_seconds()
+        if waited < self._settings.callback_overdue_s:
+            await self._sleep_until(
+                op,
+                datetime.now(UTC)
+                + _seconds(
+                    min(
+                        self._settings.poll_interval_s * 4,
+                        self._settings.callback_overdue_s - waited,
+                    )
+                ),
+            )
+            return False
+        executor = self._registry.executor_for(state.tool)
+        poll = getattr(executor, "poll", None)
+        found: Lookup
+        if poll is not None and state.provider_ref:
+            found = await poll(state.provider_ref, timeout_s=self._timeout(declaration))
+        else:
+            found = await executor.lookup(self._call(state), timeout_s=self._timeout(declaration))
+        events = completion_events(found, "poll", cancel_requested=False)
+        if events:
+            op = await self._append(op, *events)
+            return True
+        await self._sleep_until(
+            op, datetime.now(UTC) + _seconds(self._settings.poll_interval_s * 4)
+        )
+        return False
+
+    async def _reconcile(self, op: _Op, declaration: ToolDeclaration) -> bool:
+        """UNKNOWN: ask the system of record before anything is sent again."""
+        executor = self._registry.executor_for(op.state.tool)
+        found = await executor.lookup(self._call(op.state), timeout_s=self._timeout(declaration))
+        if found.state == "absent":
+            await self._append(op, OperationReconciled(detail="no effect at the provider"))
+            return False
+        events = after_lookup(op.state, found)
+        if events:
+            await self._append(op, *events)
+            return True
+        # Pending at the provider, or the provider is unreachable: look again shortly.
+        await self._sleep_until(
+            op, datetime.now(UTC) + _seconds(self._settings.poll_interval_s * 4)
+        )
+        return False
+
+    async def _cancel(self, op: _Op, declaration: ToolDeclaration) -> bool:
+        """Cancel for real, and only report it once the state is confirmed."""
+        state = op.state
+        if state.attempts == 0:
+            # Nothing was ever sent: cancelling is purely ours to do.
+            await self._append(op, OperationCancelled(via="response"))
+            return True
+        executor = self._registry.executor_for(state.tool)
+        call = self._call(state)
+        found = await (
+            executor.cancel(call, timeout_s=self._timeout(declaration))
+            if declaration.cancellable
+            else executor.lookup(call, timeout_s=self._timeout(declaration))
+        )
+        match found.state:
+            case "absent" | "cancelled":
+                await self._append(
+                    op,
+                    OperationCancelled(via="reconcile" if found.state == "absent" else "response"),
+                )
+                return True
+            case "committed":
+                events = completion_events(found, "reconcile", cancel_requested=True)
+                await self._append(
+                    op,
+                    *events,
+                    OperationCancelRefused(
+                        reason="already committed", compensating_tool=declaration.compensating_tool
+                    ),
+                )
+                return True
+            case "failed":
+                await self._append(
+                    op,
+                    OperationFailedFinal(
+                        reason="failed_at_provider", detail=found.detail, via="reconcile"
+                    ),
+                )
+                return True
+            case "pending" if not declaration.cancellable:
+                await self._append(
+                    op, OperationCancelRefused(reason=f"{state.tool} cannot be cancelled once sent")
+                )
+                return False
+        await self._sleep_until(
+            op, datetime.now(UTC) + _seconds(self._settings.poll_interval_s * 4)
+        )
+        return False
+
+    async def _dead_letter(self, op: _Op, reason: str) -> None:
+        """Terminal failure or an unresolvable operation: the DLQ gets its full history."""
+        history = await load(
+            self._js,
+            self._topology.stream_name(Context.OPERATIONS),
+            op.subject,
+            OPERATIONS,
+            operation.evolve,
+        )
+        record = DeadLetter(
+            source_stream=self._topology.stream_name(Context.OPERATIONS),
+            source_subject=op.subject,
+            source_seq=op.seq,
+            consumer=f"operation-worker/{self._settings.worker_id}",
+            num_delivered=op.state.attempts,
+            reason=reason,
+            error=op.state.failure or "",
+            payload=msgspec.json.encode([OPERATIONS.encode(e).decode() for e in history.events]),
+            dead_lettered_at=datetime.now(UTC),
+        )
+        subject = self._topology.dlq_subject(Context.OPERATIONS, op.state.session_id)
+        await self._js.publish(
+            subject,
+            msgspec.json.encode(record),
+            headers={"Nats-Msg-Id": f"dlq:{op.state.operation_id}:{op.seq}"},
+        )
+        metrics.DEAD_LETTERS.labels("operations", reason.split(":", maxsplit=1)[0][:40]).inc()
+        if not op.state.dead_lettered:
+            try:
+                await self._append(op, OperationDeadLettered(reason=reason))
+            except _Stale:
+                log.info(
+                    "dead-letter mark for %s raced; the record is stored", op.state.operation_id
+                )
+
+    # -- callbacks ---------------------------------------------------------------------
+    async def complete_from_callback(self, reference: str, record: dict[str, Any]) -> str:
+        """Apply a provider callback once; a duplicate or late one changes nothing."""
+        session_id, _, operation_id = reference.partition("/")
+        if not session_id or not operation_id:
+            return "unknown_reference"
+        found = lookup_from_record(record)
+        for _ in range(10):
+            op = await self._load(session_id, operation_id)
+            if op is None:
+                return "unknown_operation"
+            if op.state.terminal:
+                return "already_terminal"
+            cancel = op.state.status is OpStatus.CANCEL_REQUESTED
+            events = completion_events(found, "callback", cancel_requested=cancel)
+            if not events:
+                return "still_pending"
+            try:
+                await self._append(op, *events)
+            except _Stale:
+                continue
+            return "applied"
+        return "raced"
+
+
+def _seconds(value: float) -> timedelta:
+    return timedelta(seconds=max(0.0, value))

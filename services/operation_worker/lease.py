@@ -1,0 +1,64 @@
+"""A per-operation lease in KV: one live worker at a time touches an operation.
+
+JetStream already keeps a work message with one worker while it heartbeats; the lease
+covers the rarer case of two copies of the work for the same operation (a redispatch after
+the duplicate window) so that the second copy backs off instead of racing the first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+from nats.js.kv import KeyValue
+
+
+class Lease:
+    """A held lease; renew it while working, release it when done."""
+
+    def __init__(self, kv: KeyValue, key: str, owner: str, ttl_s: float, revision: int) -> None:
+        self._kv = kv
+        self._key = key
+        self._owner = owner
+        self._ttl_s = ttl_s
+        self._revision = revision
+
+    def _value(self) -> bytes:
+        return f"{self._owner}|{time.time() + self._ttl_s:.3f}".encode()
+
+    async def renew(self) -> bool:
+        """Extend the lease; False if someone else took it (we were presumed dead)."""
+        try:
+            self._revision = await self._kv.update(self._key, self._value(), last=self._revision)
+        except KeyWrongLastSequenceError:
+            return False
+        return True
+
+    async def release(self) -> None:
+        """Give the lease up."""
+        with contextlib.suppress(Exception):
+            await self._kv.delete(self._key, last=self._revision)
+
+
+async def acquire(kv: KeyValue, key: str, owner: str, ttl_s: float) -> Lease | None:
+    """Take the lease if free, expired or already ours; None while another worker holds it."""
+    value = f"{owner}|{time.time() + ttl_s:.3f}".encode()
+    try:
+        revision = await kv.create(key, value)
+    except KeyWrongLastSequenceError:
+        pass
+    else:
+        return Lease(kv, key, owner, ttl_s, revision)
+    try:
+        entry = await kv.get(key)
+    except NotFoundError:
+        return await acquire(kv, key, owner, ttl_s)
+    holder, _, expires = (entry.value or b"").decode().partition("|")
+    if holder != owner and float(expires or 0) > time.time():
+        return None
+    try:
+        revision = await kv.update(key, value, last=entry.revision)
+    except KeyWrongLastSequenceError:
+        return None
+    return Lease(kv, key, owner, ttl_s, revision)

