@@ -4,12 +4,13 @@ SHELL := /bin/bash
 BIN := .venv/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv run test lint typecheck proto proto-check bench-coordination clean
+.PHONY: help venv run test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
 	@echo "make test   install what is needed and run lint, types and the whole suite"
 	@echo "make proto  regenerate proto/ (JSON Schemas and the AsyncAPI document)"
+	@echo "make bench  run the benchmarks; results under bench/results/"
 
 venv:
 	@scripts/ensure-venv.sh
@@ -24,6 +25,7 @@ typecheck: venv
 	$(BIN)/mypy
 
 test: venv lint typecheck
+	scripts/ensure-system-deps.sh
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 proto: venv
@@ -32,8 +34,19 @@ proto: venv
 proto-check: venv
 	$(BIN)/python -m libs.proto --check
 
+bench: bench-ops bench-coordination bench-acceptance
+
+bench-ops: venv
+	$(BIN)/python -m bench.ops
+
 bench-coordination: venv
 	$(BIN)/python -m bench.coordination
+
+bench-acceptance: venv
+	$(BIN)/python -m bench.acceptance
+
+dashboards: venv
+	$(BIN)/python deploy/grafana/build.py
 
 clean:
 	rm -rf .data tests/artifacts .pytest_cache .mypy_cache .ruff_cache

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import logging
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -140,6 +142,13 @@ class Runtime:
         return True, "ok"
 
 
+def _dump_tasks() -> None:
+    for task in asyncio.all_tasks():
+        stack = io.StringIO()
+        task.print_stack(limit=12, file=stack)
+        log.warning("task %s:\n%s", task.get_name(), stack.getvalue())
+
+
 def create_service_app(
     runtime: Runtime,
     *,
@@ -151,6 +160,8 @@ def create_service_app(
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        # `kill -USR1 <pid>` logs every task's stack: what a stuck service is waiting for.
+        asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks)
         await runtime.start()
         if on_start is not None:
             await on_start()

@@ -126,7 +126,7 @@ class DurableConsumer(Generic[B]):
                     continue
                 try:
                     msgs = await sub.fetch(min(self._batch, room), timeout=self._fetch_timeout_s)
-                except (FetchTimeoutError, nats.errors.TimeoutError):
+                except (FetchTimeoutError, nats.errors.TimeoutError, TimeoutError):
                     continue
                 except (nats.errors.ConnectionClosedError, nats.errors.NoServersError):
                     return

@@ -58,7 +58,7 @@ async def replay(
         while pending > 0:
             try:
                 msgs = await sub.fetch(min(pending, batch), timeout=timeout_s)
-            except (FetchTimeoutError, nats.errors.TimeoutError):
+            except (FetchTimeoutError, nats.errors.TimeoutError, TimeoutError):
                 break
             for msg in msgs:
                 meta = msg.metadata

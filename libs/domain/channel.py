@@ -126,8 +126,12 @@ def evolve_channel(state: ChannelState | None, env: Envelope[InteractionEvent]) 
                 user_stopped_at=stopped,
                 last_kind=kind,
             )
-        case TurnReplied():
+        case TurnReplied() if env.turn_id is None or env.turn_id == state.open_turn_id:
+            # A proactive closing also arrives as turn.replied (with its batch's old turn
+            # id): only the reply to the open turn closes it.
             return replace(state, open_turn_id=None)
+        case TurnReplied():
+            return state
         case AgentHandedOff(to_agent=agent):
             return replace(state, agent=agent)
         case UserActivity(typing=True) | SpeechStarted():

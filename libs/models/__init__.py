@@ -1,15 +1,49 @@
 """Language models behind a small interface, chosen by name (`HOLDLINE_MODEL`, default mock)."""
 
-from .interface import Outcome, SummaryModel
+from .interface import (
+    AdmissionNote,
+    ChatMessage,
+    ConversationModel,
+    LiveOperation,
+    ModelError,
+    Outcome,
+    PendingUpdate,
+    ProposedCall,
+    SummaryModel,
+    ToolSpec,
+    TurnReply,
+    TurnRequest,
+)
 from .mock import MockModel
-from .registry import UnknownModel, get_model, model_from_env, register
+from .openai_responses import OpenAIResponsesModel
+from .registry import (
+    UnknownModel,
+    default_model_name,
+    get_model,
+    model_from_env,
+    model_name_from_env,
+    register,
+)
 
 __all__ = [
+    "AdmissionNote",
+    "ChatMessage",
+    "ConversationModel",
+    "LiveOperation",
     "MockModel",
+    "ModelError",
+    "OpenAIResponsesModel",
     "Outcome",
+    "PendingUpdate",
+    "ProposedCall",
     "SummaryModel",
+    "ToolSpec",
+    "TurnReply",
+    "TurnRequest",
     "UnknownModel",
+    "default_model_name",
     "get_model",
     "model_from_env",
+    "model_name_from_env",
     "register",
 ]

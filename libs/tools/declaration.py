@@ -19,8 +19,9 @@ class Limits:
     global_open: int = 1000
     per_tenant_open: int = 200
     per_user_open: int = 16
-    # Operations allowed to run at once across workers; the rest wait admitted ("queued").
-    running: int = 64
+    # Operations allowed to run at once across workers (None: no limit); the rest wait
+    # admitted ("queued") until a slot frees.
+    running: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

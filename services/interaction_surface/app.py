@@ -1,33 +1,129 @@
-"""interaction-surface: the only component that speaks to users."""
+"""interaction-surface: the only component that speaks to users.
+
+Start-up: connect and declare (Runtime), follow the five event streams into the live view
+and the operations stream into admission's load view, wait until both caught up, then
+serve. The delivery consumer waits for the view too, so nothing is decided on a partial
+picture.
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
-from fastapi.responses import HTMLResponse
+import importlib
+from pathlib import Path
+from typing import Any
 
-from libs.bus import Context
+import httpx
+from fastapi import FastAPI
+from fastapi.responses import FileResponse
+from fastapi.staticfiles import StaticFiles
+
+from libs.admission import Admission, LoadView
+from libs.bus import Context, DurableConsumer, spec_for
+from libs.config import env_str
+from libs.events import DELIVERIES
+from libs.models import model_from_env
+from libs.models.interface import ConversationModel
 from libs.problems import install_problem_handlers
 from libs.service import Runtime, create_service_app
+from libs.tools import default_registry
 
+from .api import Surface, install
+from .deliveries import DeliveryExecutor
+from .projections import SurfaceView
 from .settings import Settings
+from .turns import Turns
 
-_PAGE = """<!doctype html><html lang="en"><head><meta charset="utf-8"><title>holdline</title></head>
-<body><h1>holdline</h1><p>The interaction surface is running.</p></body></html>"""
+STATIC = Path(__file__).parent / "static"
+
+
+def conversation_model() -> ConversationModel:
+    """The model named by `HOLDLINE_MODEL`, after importing `HOLDLINE_MODEL_MODULES`.
+
+    Those modules register extra models (a user's own adapter) with `libs.models.register`.
+    """
+    for name in env_str("HOLDLINE_MODEL_MODULES", "").split(","):
+        if name.strip():
+            importlib.import_module(name.strip())
+    return model_from_env()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the surface's app."""
     settings = settings or Settings.from_env()
+    view = SurfaceView()
+    load_view = LoadView()
+    holder: dict[str, Any] = {}
+
+    def deliveries_consumer(rt: Runtime) -> DurableConsumer[Any]:
+        executor = DeliveryExecutor(rt, view, settings)
+        holder["executor"] = executor
+        return DurableConsumer(
+            rt.jetstream,
+            spec_for(
+                rt.topology,
+                Context.DELIVERIES,
+                durable=rt.topology.durable("interaction-surface", "deliveries"),
+                ack_wait_s=settings.bus.ack_wait_s,
+                max_deliver=settings.bus.max_deliver,
+            ),
+            DELIVERIES,
+            executor.on_delivery,
+            topology=rt.topology,
+            source=Context.DELIVERIES,
+            redelivery_backoff_s=settings.bus.redelivery_backoff_s,
+        )
+
     runtime = Runtime(
         name="interaction-surface",
         settings=settings.bus,
-        publishes=(Context.INTERACTION, Context.CONTROL, Context.OPERATIONS, Context.BATCHES),
+        publishes=(
+            Context.INTERACTION,
+            Context.CONTROL,
+            Context.OPERATIONS,
+            Context.BATCHES,
+            Context.DELIVERIES,
+        ),
+        consumer_factories=(deliveries_consumer,),
     )
-    app = create_service_app(runtime, title="holdline interaction-surface")
+    surface = Surface(runtime=runtime, view=view, settings=settings)
+    model = conversation_model()
+
+    async def on_start() -> None:
+        js = runtime.jetstream
+        await view.follow(js, runtime.topology)
+        await load_view.follow(js, runtime.topology)
+        await view.caught_up.wait()
+        await load_view.caught_up.wait()
+        registry = default_registry()
+        admission = Admission(
+            js, runtime.topology, registry, load_view, runtime.bucket("intents")
+        )
+        surface.turns = Turns(
+            runtime=runtime,
+            view=view,
+            admission=admission,
+            load_view=load_view,
+            model=model,
+            registry=registry,
+            settings=settings,
+        )
+        surface.http = httpx.AsyncClient(base_url=settings.provider_url, timeout=5.0)
+
+    async def on_stop() -> None:
+        await view.close()
+        await load_view.close()
+        if surface.http is not None:
+            await surface.http.aclose()
+
+    app = create_service_app(
+        runtime, title="holdline interaction-surface", on_start=on_start, on_stop=on_stop
+    )
     install_problem_handlers(app)
+    install(app, surface)
 
-    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
-    async def index() -> str:
-        return _PAGE
+    @app.get("/", include_in_schema=False)
+    async def index() -> FileResponse:
+        return FileResponse(STATIC / "index.html", media_type="text/html")
 
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
     return app

@@ -1,13 +1,39 @@
 """interaction-surface settings, from the environment.
 
 - `INTERACTION_SURFACE_HOST` / `INTERACTION_SURFACE_PORT` (127.0.0.1:8080)
+- `HOLDLINE_TENANT_API_KEYS` `tenant:key,...` — when set, creating a session needs the
+  tenant's key in `X-Api-Key`
+- `HOLDLINE_DEFAULT_TENANT` (`default`), `HOLDLINE_DEFAULT_AGENT` (`concierge`)
+- `HOLDLINE_HANDOFF_CONTEXT` `carried|fresh` (`carried`): what the new agent's model sees
+- `HOLDLINE_MAX_BODY_BYTES` (16384), `HOLDLINE_MAX_TEXT_CHARS` (2000)
+- `HOLDLINE_MODEL_TIMEOUT_S` (8): a model slower than this is a failed turn, answered honestly
+- `HOLDLINE_TURN_TIMEOUT_S` (30): an open turn older than this was abandoned by a crash
+- `HOLDLINE_TURN_WAIT_S` (10): how long a turn waits for the session's previous turn
+- `HOLDLINE_DEMO` (1): serve the demo's fault-injection proxy (`/v1/demo/faults`)
+- `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): where that proxy sends faults
+- `HOLDLINE_LANGUAGE` (`en`): the default language of turns
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Literal
 
-from libs.config import BusSettings, HttpSettings
+from libs.config import BusSettings, HttpSettings, env_bool, env_float, env_int, env_str
+
+
+def parse_api_keys(text: str) -> dict[str, str]:
+    """`tenant:key` pairs separated by commas."""
+    keys: dict[str, str] = {}
+    for raw in text.split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        tenant, sep, key = item.partition(":")
+        if not sep or not tenant.strip() or not key.strip():
+            raise ValueError(f"HOLDLINE_TENANT_API_KEYS entry {item!r} is not tenant:key")
+        keys[tenant.strip()] = key.strip()
+    return keys
 
 
 @dataclass(frozen=True, slots=True)
@@ -16,10 +42,38 @@ class Settings:
 
     bus: BusSettings
     http: HttpSettings
+    tenant_api_keys: dict[str, str] = field(default_factory=dict)
+    default_tenant: str = "default"
+    default_agent: str = "concierge"
+    handoff_context: Literal["fresh", "carried"] = "carried"
+    max_body_bytes: int = 16 * 1024
+    max_text_chars: int = 2000
+    model_timeout_s: float = 8.0
+    turn_timeout_s: float = 30.0
+    turn_wait_s: float = 10.0
+    demo: bool = True
+    provider_url: str = "http://127.0.0.1:8090"
+    language: str = "en"
 
     @classmethod
     def from_env(cls) -> Settings:
         """Read the settings."""
+        context = env_str("HOLDLINE_HANDOFF_CONTEXT", "carried")
+        if context not in ("fresh", "carried"):
+            raise ValueError(f"HOLDLINE_HANDOFF_CONTEXT must be fresh or carried, got {context!r}")
         return cls(
-            bus=BusSettings.from_env(), http=HttpSettings.from_env("INTERACTION_SURFACE", 8080)
+            bus=BusSettings.from_env(),
+            http=HttpSettings.from_env("INTERACTION_SURFACE", 8080),
+            tenant_api_keys=parse_api_keys(env_str("HOLDLINE_TENANT_API_KEYS", "")),
+            default_tenant=env_str("HOLDLINE_DEFAULT_TENANT", "default"),
+            default_agent=env_str("HOLDLINE_DEFAULT_AGENT", "concierge"),
+            handoff_context="fresh" if context == "fresh" else "carried",
+            max_body_bytes=env_int("HOLDLINE_MAX_BODY_BYTES", 16 * 1024),
+            max_text_chars=env_int("HOLDLINE_MAX_TEXT_CHARS", 2000),
+            model_timeout_s=env_float("HOLDLINE_MODEL_TIMEOUT_S", 8.0),
+            turn_timeout_s=env_float("HOLDLINE_TURN_TIMEOUT_S", 30.0),
+            turn_wait_s=env_float("HOLDLINE_TURN_WAIT_S", 10.0),
+            demo=env_bool("HOLDLINE_DEMO", default=True),
+            provider_url=env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8090"),
+            language=env_str("HOLDLINE_LANGUAGE", "en"),
         )

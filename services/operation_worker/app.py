@@ -9,7 +9,6 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from libs.admission import LoadView
 from libs.bus import Context, DurableConsumer, spec_for
 from libs.events import OPERATIONS, WORK
 from libs.problems import install_problem_handlers, problem
@@ -41,7 +40,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     client = sandbox_client()
     registry = default_registry(client)
     holder: dict[str, Worker] = {}
-    view = LoadView()
 
     def worker(runtime: Runtime) -> Worker:
         if "w" not in holder:
@@ -51,7 +49,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 registry,
                 settings,
                 leases=runtime.bucket("leases"),
-                view=view,
             )
         return holder["w"]
 
@@ -101,16 +98,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         consumer_factories=(dispatch, work),
     )
 
-    async def start_view() -> None:
-        await view.follow(runtime.jetstream, runtime.topology)
-
     async def stop() -> None:
-        await view.close()
         await client.aclose()
 
-    app = create_service_app(
-        runtime, title="holdline operation-worker", on_start=start_view, on_stop=stop
-    )
+    app = create_service_app(runtime, title="holdline operation-worker", on_stop=stop)
     install_problem_handlers(app)
 
     @app.post("/v1/callbacks/{provider}")

@@ -23,7 +23,6 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from libs import metrics
-from libs.admission import LoadView
 from libs.bus import (
     ConcurrencyConflict,
     Context,
@@ -91,15 +90,12 @@ class Worker:
         settings: Settings,
         *,
         leases: KeyValue,
-        view: LoadView,
     ) -> None:
         self._js = js
         self._topology = topology
         self._registry = registry
         self._settings = settings
         self._leases = leases
-        # Running operations per tool, across workers: the gate that makes "queue" real.
-        self._view = view
         self._budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min)
         # Jitter only, never security: a plain PRNG is the right tool.
         self._rand = random.Random()  # noqa: S311
@@ -141,7 +137,6 @@ class Worker:
             except ConcurrencyConflict:
                 raise _Stale from None
             state, seq = operation.evolve(state, env), ack.seq
-            self._view.apply(env, seq)
             metrics.EVENTS_PUBLISHED.labels("operations").inc()
             self._observe(state, event)
         return _Op(state, seq, op.subject)
@@ -207,23 +202,53 @@ class Worker:
         env = received.envelope
         if not env.operation_id:
             raise Poison("work command without operation_id")
-        lease = await acquire(
-            self._leases, env.operation_id, self._settings.worker_id, self._settings.lease_ttl_s
-        )
+        owner, ttl = self._settings.worker_id, self._settings.lease_ttl_s
+        lease = await acquire(self._leases, env.operation_id, owner, ttl)
         if lease is None:
             # Another live worker has it; it will see any new request when it reloads.
             return
-        renewer = asyncio.create_task(self._renew(lease))
+        held = [lease]
+        renewer = asyncio.create_task(self._renew(held))
         try:
+            slot = await self._running_slot(env.session_id, env.operation_id)
+            if slot is not None:
+                held.append(slot)
             await self._drive(env.session_id, env.operation_id, env.event)
         finally:
             renewer.cancel()
-            await lease.release()
+            for held_lease in held:
+                await held_lease.release()
 
-    async def _renew(self, lease: Lease) -> None:
+    async def _running_slot(self, session_id: str, operation_id: str) -> Lease | None:
+        """For tools with a running limit: wait (queued, admitted) for a free slot."""
+        op = await self._load(session_id, operation_id)
+        if op is None or op.state.terminal:
+            return None
+        limit = self._registry.tool(op.state.tool).limits.running
+        if limit is None:
+            return None
+        owner, ttl = f"{self._settings.worker_id}/{operation_id}", self._settings.lease_ttl_s
+        while True:
+            for i in range(limit):
+                slot = await acquire(self._leases, f"slot.{op.state.tool}.{i}", owner, ttl)
+                if slot is not None:
+                    return slot
+            fresh = await self._load(session_id, operation_id)
+            if (
+                fresh is None
+                or fresh.state.terminal
+                or fresh.state.status is OpStatus.CANCEL_REQUESTED
+            ):
+                return None
+            if fresh.state.deadline_at is not None and datetime.now(UTC) >= fresh.state.deadline_at:
+                return None
+            await asyncio.sleep(self._settings.poll_interval_s)
+
+    async def _renew(self, leases: list[Lease]) -> None:
         while True:
             await asyncio.sleep(self._settings.lease_ttl_s / 3)
-            await lease.renew()
+            for lease in leases:
+                await lease.renew()
 
     async def _drive(self, session_id: str, operation_id: str, command: WorkCommand) -> None:
         for _ in range(10_000):

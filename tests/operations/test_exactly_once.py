@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import uuid
 from datetime import UTC, datetime
 
@@ -151,3 +152,38 @@ async def test_two_workers_racing_for_one_operation_make_one_effect(
     for outcome in turn.outcomes:
         _, events = await stack.operation(ctx.session_id, outcome.operation_id)
         assert types(events).count("operation.committed") == 1
+
+
+async def test_redelivery_after_ack_wait_of_a_paused_worker_makes_one_effect(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(workers=0)
+    paused = await stack.add_worker(callback=True)
+    await stack.fault(match="frozen", latency_ms=600, times=1)
+    ctx = stack.turn()
+    turn = await stack.admit(ctx, ("provision_access", {"accesses": ["frozen"]}))
+    op = turn.outcomes[0].operation_id
+    for _ in range(100):
+        state, _ = await stack.operation(ctx.session_id, op)
+        if state is not None and state.status.value == "running":
+            break
+        await asyncio.sleep(0.02)
+    assert paused.proc is not None
+    # Freeze the worker mid-attempt for longer than ack_wait (2 s) and its lease.
+    paused.proc.send_signal(signal.SIGSTOP)
+    try:
+        await stack.add_worker()
+        state = await stack.wait_status(ctx.session_id, op, "committed", timeout_s=20)
+    finally:
+        paused.proc.send_signal(signal.SIGCONT)
+    await asyncio.sleep(1.5)
+    # The frozen worker wakes up, finds the operation settled, and writes nothing that lies.
+    _, events = await stack.operation(ctx.session_id, op)
+    assert types(events).count("operation.committed") == 1
+    assert types(events).count("operation.started") == 2
+    assert {e.event.worker_id for e in events if types([e]) == ["operation.started"]} == {
+        "w0",
+        "w1",
+    }  # type: ignore[union-attr]
+    assert await stack.effects("frozen") == 1
+    assert state.status.value == "committed"

@@ -6,7 +6,7 @@ They reuse the sandbox executors with declarations tuned for timing-sensitive te
 from __future__ import annotations
 
 from libs.tools import Limits, ToolDeclaration, ToolRegistry
-from libs.tools.demo import AccessItem
+from libs.tools.demo import AccessItem, CheckAvailabilityArgs
 
 
 def register(registry: ToolRegistry) -> None:
@@ -55,3 +55,15 @@ def register(registry: ToolRegistry) -> None:
             deadline_s=60.0,
         )
     )
+    for name, overflow in (("busy_availability", "coalesce"), ("cheap_availability", "degrade")):
+        registry.declare(
+            ToolDeclaration(
+                name=name,
+                description="Availability with room for one open read per tenant.",
+                arguments=CheckAvailabilityArgs,
+                executor="sandbox.availability",
+                read_only=True,
+                limits=Limits(per_tenant_open=1),
+                overflow=overflow,  # type: ignore[arg-type]
+            )
+        )

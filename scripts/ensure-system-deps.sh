@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Install the system packages the browser test needs (Debian chromium + chromium-driver)
+# when they are missing. Idempotent and quiet: does nothing when both are present.
+set -euo pipefail
+
+missing=()
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+[ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "ensure-system-deps: ${missing[*]} missing and apt-get is not available; install them" >&2
+  exit 1
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then SUDO="sudo -n"; else
+    echo "ensure-system-deps: need root (or sudo) to install ${missing[*]}" >&2
+    exit 1
+  fi
+fi
+echo "installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# apt's chatter goes to a log that is shown only when something fails.
+if ! { $SUDO apt-get update -qq && \
+       $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+  cat "$log" >&2
+  exit 1
+fi

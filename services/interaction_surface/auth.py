@@ -1,0 +1,56 @@
+"""Session tokens and tenant API keys.
+
+A session token is random and only its SHA-256 is stored (in `session.opened`); checking a
+token hashes it and compares in constant time. Any mismatch answers like a missing session.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import uuid
+
+from libs.domain import SessionState
+
+
+def new_token() -> str:
+    """A bearer token with 256 bits of randomness."""
+    return secrets.token_urlsafe(32)
+
+
+def hash_token(token: str) -> str:
+    """What is stored instead of the token."""
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_matches(state: SessionState | None, token: str | None) -> bool:
+    """Whether the token was issued for this session (constant time once a session exists)."""
+    if state is None or not token:
+        return False
+    return hmac.compare_digest(state.token_hash, hash_token(token))
+
+
+def bearer(header: str | None) -> str | None:
+    """The token of an `Authorization: Bearer <token>` header."""
+    if not header:
+        return None
+    scheme, _, value = header.partition(" ")
+    if scheme.lower() != "bearer" or not value.strip():
+        return None
+    return value.strip()
+
+
+def api_key_ok(keys: dict[str, str], tenant_id: str, presented: str | None) -> bool:
+    """Whether the presented key is the tenant's (always true when no keys are configured)."""
+    if not keys:
+        return True
+    expected = keys.get(tenant_id)
+    if expected is None or presented is None:
+        return False
+    return hmac.compare_digest(expected.encode(), presented.encode())
+
+
+def new_id(prefix: str) -> str:
+    """A fresh id safe as a subject token."""
+    return f"{prefix}_{uuid.uuid4().hex[:20]}"

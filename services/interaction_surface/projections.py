@@ -1,0 +1,367 @@
+"""The surface's live view: every session's events from the five event streams, folded.
+
+One ordered consumer per stream follows it from the start (as the admission `LoadView`
+does), so any surface process can answer for any session: snapshots, timelines, WebSocket
+resumes and turns read memory, and a restart rebuilds everything by replay.
+
+Read-your-writes: a writer waits until the view applied the sequence the broker gave its
+append (`wait_applied`), and readers that must see everything appended so far call
+`sync()`, a barrier on every stream's last sequence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+from nats.js import JetStreamContext
+from nats.js.api import DeliverPolicy
+
+from libs.bus import Context, Topology
+from libs.domain import (
+    BatchState,
+    DeliveryState,
+    OperationState,
+    Projection,
+    SessionState,
+    batch,
+    delivery,
+    operation,
+    session,
+)
+from libs.events import (
+    BATCHES,
+    CONTROL,
+    DELIVERIES,
+    INTERACTION,
+    OPERATIONS,
+    AgentHandedOff,
+    Envelope,
+    EventCodec,
+    EventDecodeError,
+    TurnReceived,
+    TurnReplied,
+)
+
+log = logging.getLogger(__name__)
+
+# The streams a session's history spans, in the order cursors list them.
+STREAMS: tuple[Context, ...] = (
+    Context.INTERACTION,
+    Context.CONTROL,
+    Context.OPERATIONS,
+    Context.BATCHES,
+    Context.DELIVERIES,
+)
+_CODECS: dict[Context, EventCodec[Any]] = {
+    Context.INTERACTION: INTERACTION,
+    Context.CONTROL: CONTROL,
+    Context.OPERATIONS: OPERATIONS,
+    Context.BATCHES: BATCHES,
+    Context.DELIVERIES: DELIVERIES,
+}
+_INDEX = {context: i for i, context in enumerate(STREAMS)}
+
+Cursor = tuple[int, ...]
+
+
+def encode_cursor(cursor: Cursor) -> str:
+    """A cursor as the opaque string clients hand back: per-stream sequences, dotted."""
+    return ".".join(str(n) for n in cursor)
+
+
+def decode_cursor(text: str | None) -> Cursor:
+    """Parse a cursor; empty means "from the start". Raises ValueError when malformed."""
+    if not text:
+        return (0,) * len(STREAMS)
+    parts = text.split(".")
+    if len(parts) != len(STREAMS) or not all(p.isdigit() and len(p) <= 19 for p in parts):
+        raise ValueError("cursor is not one this server issued")
+    return tuple(int(p) for p in parts)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One event of a session, where it sits in its stream, and the session's cursor after it."""
+
+    stream: Context
+    seq: int
+    envelope: Envelope[Any]
+    cursor: Cursor
+
+    def after(self, cursor: Cursor) -> bool:
+        """Whether a client that saw `cursor` has not seen this entry yet."""
+        return self.seq > cursor[_INDEX[self.stream]]
+
+
+Listener = Callable[[Entry], None]
+
+
+@dataclass
+class SessionLog:
+    """Everything the surface knows about one session."""
+
+    session_id: str
+    entries: list[Entry] = field(default_factory=list)
+    high: list[int] = field(default_factory=lambda: [0] * len(STREAMS))
+    operation_ids: list[str] = field(default_factory=list)
+    batch_ids: list[str] = field(default_factory=list)
+    delivery_ids: list[str] = field(default_factory=list)
+    listeners: set[Listener] = field(default_factory=set)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    # The turn received and not yet replied, and when it was received.
+    open_turn: tuple[str, datetime] | None = None
+    # Index of the first message the active agent's model sees (a fresh handoff resets it).
+    context_from: int = 0
+    # Deliveries whose text is already in the visible history.
+    written: set[str] = field(default_factory=set)
+
+    @property
+    def session_seq(self) -> int:
+        """Last sequence of the session's interaction subject (its only subject there)."""
+        return self.high[_INDEX[Context.INTERACTION]]
+
+    @property
+    def cursor(self) -> Cursor:
+        """The cursor after the latest entry."""
+        return tuple(self.high)
+
+
+def _op_key(env: Envelope[Any]) -> str:
+    return env.operation_id or ""
+
+
+def _batch_key(env: Envelope[Any]) -> str:
+    return env.batch_id or ""
+
+
+def _delivery_key(env: Envelope[Any]) -> str:
+    return env.delivery_id or ""
+
+
+def _session_key(env: Envelope[Any]) -> str:
+    return env.session_id
+
+
+class SurfaceView:
+    """Live projections of every session, fed by ordered consumers over the event streams."""
+
+    def __init__(self) -> None:
+        self.sessions: Projection[SessionState, Any] = Projection(session.evolve, _session_key)
+        self.operations: Projection[OperationState, Any] = Projection(operation.evolve, _op_key)
+        self.batches: Projection[BatchState, Any] = Projection(batch.evolve, _batch_key)
+        self.deliveries: Projection[DeliveryState, Any] = Projection(
+            delivery.evolve, _delivery_key
+        )
+        self.logs: dict[str, SessionLog] = {}
+        self.applied: dict[Context, int] = dict.fromkeys(STREAMS, 0)
+        self._waiters: dict[Context, list[tuple[int, int, asyncio.Future[None]]]] = {
+            c: [] for c in STREAMS
+        }
+        self._tickets = itertools.count()
+        self._subs: list[Subscription] = []
+        self._js: JetStreamContext | None = None
+        self._topology: Topology | None = None
+        self.caught_up = asyncio.Event()
+
+    # ------------------------------------------------------------------ reads
+
+    def log(self, session_id: str) -> SessionLog | None:
+        """A session's log, if any event of it was seen."""
+        return self.logs.get(session_id)
+
+    def session(self, session_id: str) -> SessionState | None:
+        """A session's state, once `session.opened` was applied."""
+        return self.sessions.get(session_id)
+
+    def session_operations(self, session_id: str) -> list[OperationState]:
+        """The session's operations, in admission order."""
+        found = self.logs.get(session_id)
+        if found is None:
+            return []
+        return [s for o in found.operation_ids if (s := self.operations.get(o)) is not None]
+
+    def session_batches(self, session_id: str) -> list[BatchState]:
+        """The session's batches, in opening order."""
+        found = self.logs.get(session_id)
+        if found is None:
+            return []
+        return [s for b in found.batch_ids if (s := self.batches.get(b)) is not None]
+
+    def session_deliveries(self, session_id: str) -> list[DeliveryState]:
+        """The session's deliveries, in order of readiness."""
+        found = self.logs.get(session_id)
+        if found is None:
+            return []
+        return [s for d in found.delivery_ids if (s := self.deliveries.get(d)) is not None]
+
+    def delivery_seq(self, delivery_id: str) -> int:
+        """The last sequence seen on a delivery's subject (for expected-sequence appends)."""
+        return self.deliveries.last_seq.get(delivery_id, 0)
+
+    # ------------------------------------------------------------------ waiting
+
+    async def wait_applied(self, context: Context, seq: int, timeout_s: float = 5.0) -> None:
+        """Until this process has applied a stream up to `seq` (its own append, usually)."""
+        if self.applied[context] >= seq:
+            return
+        # One future per waiter, resolved in sequence order: no herd of wake-ups per event.
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters[context], (seq, next(self._tickets), future))
+        try:
+            await asyncio.wait_for(future, timeout_s)
+        except TimeoutError:
+            raise TimeoutError(f"{context.value} not applied up to {seq}") from None
+
+    async def sync(self, timeout_s: float = 5.0) -> None:
+        """A barrier: every event appended to any stream before this call is applied after it."""
+        if self._js is None or self._topology is None:
+            return
+        js, topology = self._js, self._topology
+        infos = await asyncio.gather(*(js.stream_info(topology.stream_name(c)) for c in STREAMS))
+        for context, info in zip(STREAMS, infos, strict=True):
+            await self.wait_applied(context, int(info.state.last_seq or 0), timeout_s)
+
+    async def wait_session_change(self, session_id: str, timeout_s: float) -> None:
+        """Until any new event of the session is applied, or the timeout passes."""
+        found = self._log_for(session_id)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(found.changed.wait(), timeout_s)
+
+    def subscribe(self, session_id: str, listener: Listener) -> SessionLog:
+        """Call `listener` for every entry applied from now on; returns the log so far.
+
+        No await between reading the log and registering, so nothing falls in between.
+        """
+        found = self._log_for(session_id)
+        found.listeners.add(listener)
+        return found
+
+    def unsubscribe(self, session_id: str, listener: Listener) -> None:
+        """Stop calling a listener."""
+        found = self.logs.get(session_id)
+        if found is not None:
+            found.listeners.discard(listener)
+
+    # ------------------------------------------------------------------ applying
+
+    def _log_for(self, session_id: str) -> SessionLog:
+        found = self.logs.get(session_id)
+        if found is None:
+            found = self.logs[session_id] = SessionLog(session_id)
+        return found
+
+    def apply(self, context: Context, env: Envelope[Any], seq: int) -> None:
+        """Fold one event into the projections and the session's log, then notify."""
+        found = self._log_for(env.session_id)
+        index = _INDEX[context]
+        if seq <= found.high[index]:
+            return
+        found.high[index] = seq
+        match context:
+            case Context.INTERACTION:
+                state = self.sessions.apply(env, seq)
+                event = env.event
+                if isinstance(event, TurnReceived):
+                    found.open_turn = (env.turn_id or "", env.occurred_at)
+                elif isinstance(event, TurnReplied):
+                    found.written.update(event.attached_delivery_ids)
+                    if env.delivery_id:
+                        found.written.add(env.delivery_id)
+                    if found.open_turn is not None and env.turn_id == found.open_turn[0]:
+                        found.open_turn = None
+                elif isinstance(event, AgentHandedOff) and event.context == "fresh":
+                    found.context_from = len(state.messages) if state is not None else 0
+            case Context.OPERATIONS:
+                if env.operation_id and env.operation_id not in self.operations.states:
+                    found.operation_ids.append(env.operation_id)
+                self.operations.apply(env, seq)
+            case Context.BATCHES:
+                if env.batch_id and env.batch_id not in self.batches.states:
+                    found.batch_ids.append(env.batch_id)
+                self.batches.apply(env, seq)
+            case Context.DELIVERIES:
+                if env.delivery_id and env.delivery_id not in self.deliveries.states:
+                    found.delivery_ids.append(env.delivery_id)
+                self.deliveries.apply(env, seq)
+            case _:
+                pass
+        entry = Entry(stream=context, seq=seq, envelope=env, cursor=tuple(found.high))
+        found.entries.append(entry)
+        for listener in list(found.listeners):
+            try:
+                listener(entry)
+            except Exception:
+                log.exception("listener of session %s failed", env.session_id)
+        found.changed.set()
+        found.changed = asyncio.Event()
+
+    def _advance(self, context: Context, seq: int) -> None:
+        if seq <= self.applied[context]:
+            return
+        self.applied[context] = seq
+        waiters = self._waiters[context]
+        while waiters and waiters[0][0] <= seq:
+            _, _, future = heapq.heappop(waiters)
+            if not future.done():
+                future.set_result(None)
+
+    async def follow(self, js: JetStreamContext, topology: Topology) -> None:
+        """Follow every stream from its start; `caught_up` is set once all reach today's end."""
+        self._js, self._topology = js, topology
+        pending: set[Context] = set()
+        targets: dict[Context, int] = {}
+        for context in STREAMS:
+            info = await js.stream_info(topology.stream_name(context))
+            targets[context] = int(info.state.last_seq or 0)
+            if targets[context] > 0:
+                pending.add(context)
+        if not pending:
+            self.caught_up.set()
+        for context in STREAMS:
+            self._subs.append(
+                await js.subscribe(
+                    topology.context_filter(context),
+                    stream=topology.stream_name(context),
+                    ordered_consumer=True,
+                    deliver_policy=DeliverPolicy.ALL,
+                    cb=self._handler(context, targets[context], pending),
+                )
+            )
+
+    def _handler(
+        self, context: Context, target: int, pending: set[Context]
+    ) -> Callable[[Msg], Any]:
+        codec = _CODECS[context]
+
+        async def on_msg(msg: Msg) -> None:
+            seq = msg.metadata.sequence.stream
+            try:
+                env = codec.decode(msg.data)
+            except EventDecodeError as exc:
+                log.warning("view skipped undecodable %s event %d: %s", context, seq, exc.reason)
+            else:
+                self.apply(context, env, seq)
+            self._advance(context, seq)
+            if seq >= target and context in pending:
+                pending.discard(context)
+                if not pending:
+                    self.caught_up.set()
+
+        return on_msg
+
+    async def close(self) -> None:
+        """Stop following the streams."""
+        for sub in self._subs:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._subs.clear()

@@ -1,0 +1,449 @@
+"""Seed 003's `handle_user_turn`, made durable.
+
+A turn, in order:
+1. a repeated `client_turn_id` returns the stored answer (create-once key in `turns`);
+2. the session's turn is taken through its event log: `turn.received` is appended with the
+   session subject's expected last sequence, and only when no other turn is open — two
+   processes can never both open a turn, and a crashed turn expires after a timeout;
+3. the model sees the visible history plus, for this turn only, the live operations and
+   the pending updates (closings that found no proactive window);
+4. cancels, confirmations and undos go through admission; proposed calls are admitted;
+5. the acceptance is worded (never claiming completion), pending updates are attached
+   (`delivery.attached` first, so nobody else says them), the reply is written
+   (`turn.replied`), then the attached updates are marked delivered.
+It returns on acceptance; operations run elsewhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
+
+from libs import metrics
+from libs.admission import Admission, LoadView, Outcome, ToolCall, TurnContext
+from libs.bus import ConcurrencyConflict, Context, append
+from libs.domain import SessionState
+from libs.domain.delivery import DeliveryStatus
+from libs.events import (
+    DELIVERIES,
+    INTERACTION,
+    DeliveryAttached,
+    DeliveryDelivered,
+    Envelope,
+    TurnReceived,
+    TurnReplied,
+)
+from libs.models.interface import (
+    AdmissionNote,
+    ConversationModel,
+    ModelError,
+    PendingUpdate,
+    TurnReply,
+    TurnRequest,
+)
+from libs.service import Runtime
+from libs.tools import ToolRegistry
+
+from .auth import new_id
+from .conversation import (
+    apology,
+    fallback_acceptance,
+    history_for_model,
+    language_of,
+    live_operations,
+    pending_updates,
+    tool_spec,
+    with_updates,
+)
+from .projections import SurfaceView
+from .settings import Settings
+from .snapshot import label_of
+
+log = logging.getLogger(__name__)
+
+_CONFLICT_RETRIES = 50
+
+
+class TurnBusy(Exception):
+    """Another turn of the session is still open after waiting for it."""
+
+
+class TurnPending(Exception):
+    """A request with the same client turn id is still being answered elsewhere."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnInput:
+    """A validated turn request."""
+
+    session: SessionState
+    text: str
+    client_turn_id: str | None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class Turns:
+    """Handles chat turns for every session."""
+
+    def __init__(
+        self,
+        *,
+        runtime: Runtime,
+        view: SurfaceView,
+        admission: Admission,
+        load_view: LoadView,
+        model: ConversationModel,
+        registry: ToolRegistry,
+        settings: Settings,
+    ) -> None:
+        self._rt = runtime
+        self._view = view
+        self._admission = admission
+        self._load = load_view
+        self._model = model
+        self._settings = settings
+        self._tools = tuple(tool_spec(t) for t in registry.tools())
+        # Same-process turns of a session queue here instead of racing on the log.
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ------------------------------------------------------------------ entry point
+
+    async def handle(self, request: TurnInput) -> dict[str, Any]:
+        """Answer one turn (or return the stored answer of a repeated client turn id)."""
+        started = time.perf_counter()
+        session_id = request.session.session_id
+        key: str | None = None
+        turn_id = new_id("turn")
+        if request.client_turn_id is not None:
+            key = f"{session_id}.{request.client_turn_id}"
+            stored = await self._claim_client_turn(key, turn_id)
+            if stored is not None:
+                return stored
+        lock = self._locks.setdefault(session_id, asyncio.Lock())
+        try:
+            async with lock:
+                answer = await self._turn(request, turn_id)
+        finally:
+            if not lock.locked():
+                self._locks.pop(session_id, None)
+        if key is not None:
+            await self._store_answer(key, answer)
+        metrics.ACCEPTANCE.observe(time.perf_counter() - started)
+        return answer
+
+    # ------------------------------------------------------------------ idempotency
+
+    async def _claim_client_turn(self, key: str, turn_id: str) -> dict[str, Any] | None:
+        kv = self._rt.bucket("turns")
+        pending = json.dumps({"state": "pending", "turn_id": turn_id}).encode()
+        try:
+            await kv.create(key, pending)
+        except KeyWrongLastSequenceError:
+            return await self._stored_answer(key)
+        return None
+
+    async def _stored_answer(self, key: str) -> dict[str, Any]:
+        kv = self._rt.bucket("turns")
+        deadline = time.monotonic() + self._settings.turn_wait_s + self._settings.model_timeout_s
+        while True:
+            try:
+                entry = await kv.get(key)
+            except KeyNotFoundError:
+                entry = None
+            if entry is not None and entry.value:
+                stored = json.loads(entry.value)
+                if stored.get("state") == "answered":
+                    answer: dict[str, Any] = stored["answer"]
+                    return answer
+            if time.monotonic() >= deadline:
+                raise TurnPending(key)
+            await asyncio.sleep(0.05)
+
+    async def _store_answer(self, key: str, answer: dict[str, Any]) -> None:
+        kv = self._rt.bucket("turns")
+        await kv.put(key, json.dumps({"state": "answered", "answer": answer}).encode())
+
+    # ------------------------------------------------------------------ the turn
+
+    async def _turn(self, request: TurnInput, turn_id: str) -> dict[str, Any]:
+        session_id = request.session.session_id
+        received_at = await self._open_turn(session_id, turn_id, request)
+        state = self._view.session(session_id) or request.session
+        found = self._view.log(session_id)
+        context_from = found.context_from if found is not None else 0
+        language = language_of(request.text, self._settings.language)
+        response_id = new_id("resp")
+        agent = state.agent
+        ctx = TurnContext(
+            session_id=session_id,
+            turn_id=turn_id,
+            tenant_id=state.tenant_id,
+            user_id=state.user_id,
+            agent=agent,
+        )
+        updates = pending_updates(self._view.session_deliveries(session_id))
+        model_request = TurnRequest(
+            session_id=session_id,
+            turn_id=turn_id,
+            agent=agent,
+            language=language,
+            user_text=request.text,
+            # The user's message of this turn is the last one: the model gets it separately.
+            history=history_for_model(state.messages[:-1], context_from),
+            tools=self._tools,
+            live_operations=live_operations(self._view.session_operations(session_id)),
+            pending_updates=updates,
+            today=_now().date().isoformat(),
+        )
+        reply: TurnReply | None
+        try:
+            reply = await asyncio.wait_for(
+                self._model.respond(model_request), self._settings.model_timeout_s
+            )
+        except (ModelError, TimeoutError) as exc:
+            log.warning("model failed on turn %s: %r", turn_id, exc)
+            reply = None
+        except Exception:
+            log.exception("model crashed on turn %s", turn_id)
+            reply = None
+        outcomes: list[Outcome] = []
+        if reply is None:
+            text = apology(language)
+            mentioned: tuple[str, ...] = ()
+        else:
+            outcomes = await self._act(ctx, reply)
+            text = await self._acceptance(model_request, reply, outcomes, language)
+            mentioned = reply.attached
+        attached = await self._attach(session_id, turn_id, updates)
+        text = with_updates(text, attached, mentioned)
+        await self._reply(
+            ctx,
+            response_id=response_id,
+            text=text,
+            outcomes=outcomes,
+            attached=attached,
+            cause=received_at,
+        )
+        await self._delivered(session_id, attached, turn_id)
+        return {
+            "turn_id": turn_id,
+            "reply": {"text": text, "response_id": response_id},
+            "operations": [
+                {
+                    "operation_id": o.operation_id,
+                    "tool": o.tool,
+                    "status": o.status,
+                    "batch_id": o.batch_id,
+                }
+                for o in outcomes
+                if o.operation_id
+            ],
+        }
+
+    async def _open_turn(self, session_id: str, turn_id: str, request: TurnInput) -> str:
+        """Append `turn.received` once no other turn of the session is open (any process)."""
+        subject = self._rt.topology.session_subject(session_id)
+        deadline = time.monotonic() + self._settings.turn_wait_s
+        expiry = timedelta(seconds=self._settings.turn_timeout_s)
+        for _ in range(_CONFLICT_RETRIES):
+            found = self._view.log(session_id)
+            seq = found.session_seq if found is not None else 0
+            open_turn = found.open_turn if found is not None else None
+            if open_turn is not None and _now() - open_turn[1] < expiry:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise TurnBusy(session_id)
+                await self._view.wait_session_change(session_id, min(remaining, 0.5))
+                continue
+            env = Envelope(
+                event_id=new_id("ev"),
+                occurred_at=_now(),
+                session_id=session_id,
+                turn_id=turn_id,
+                agent=request.session.agent,
+                event=TurnReceived(
+                    channel="chat", text=request.text, client_turn_id=request.client_turn_id
+                ),
+            )
+            try:
+                ack = await append(
+                    self._rt.jetstream, INTERACTION, subject, env, expected_last_subject_seq=seq
+                )
+            except ConcurrencyConflict:
+                # Someone wrote to the session since our view of it: catch up and look again.
+                await self._view.sync()
+                continue
+            metrics.EVENTS_PUBLISHED.labels(stream="interaction").inc()
+            await self._view.wait_applied(Context.INTERACTION, ack.seq)
+            return env.event_id
+        raise TurnBusy(session_id)
+
+    async def _act(self, ctx: TurnContext, reply: TurnReply) -> list[Outcome]:
+        """Explicit requests first (cancel, yes/no, undo), then the proposed calls."""
+        outcomes = [
+            await self._admission.request_cancel(ctx, operation_id, reason="user asked")
+            for operation_id in reply.cancels
+        ]
+        outcomes += [
+            await self._admission.confirm(ctx, operation_id, accept=accept)
+            for operation_id, accept in reply.confirmations
+        ]
+        outcomes += [
+            await self._admission.compensate(ctx, operation_id)
+            for operation_id in reply.compensations
+        ]
+        if reply.calls:
+            calls = [ToolCall(c.tool, dict(c.arguments), c.call_id) for c in reply.calls]
+            admitted = await self._admission.admit(ctx, calls)
+            outcomes.extend(admitted.outcomes)
+        return outcomes
+
+    def _note(self, outcome: Outcome) -> AdmissionNote:
+        state = self._load.get(outcome.operation_id) or self._view.operations.get(
+            outcome.operation_id
+        )
+        label = label_of(outcome.tool, state.arguments) if state is not None else outcome.tool
+        reason = outcome.reason
+        if reason and outcome.detail:
+            reason = f"{reason}: {outcome.detail}"
+        return AdmissionNote(
+            operation_id=outcome.operation_id,
+            tool=outcome.tool,
+            status=outcome.status,
+            label=label,
+            reason=reason,
+            prompt=outcome.prompt,
+        )
+
+    async def _acceptance(
+        self,
+        request: TurnRequest,
+        reply: TurnReply,
+        outcomes: Sequence[Outcome],
+        language: str,
+    ) -> str:
+        if not outcomes:
+            return reply.text
+        notes = [self._note(o) for o in outcomes]
+        try:
+            return await asyncio.wait_for(
+                self._model.accept(request, reply, notes), self._settings.model_timeout_s
+            )
+        except Exception as exc:  # noqa: BLE001 - the acceptance falls back to a fixed template
+            log.warning("model could not word the acceptance: %r", exc)
+            return fallback_acceptance(notes, language)
+
+    async def _attach(
+        self, session_id: str, turn_id: str, updates: Sequence[PendingUpdate]
+    ) -> list[PendingUpdate]:
+        """Take each pending update for this reply; one said elsewhere meanwhile is dropped."""
+        attached: list[PendingUpdate] = []
+        for update in updates:
+            ok = await self._append_delivery(
+                session_id,
+                update.delivery_id,
+                DeliveryAttached(attached_to_turn_id=turn_id),
+                turn_id=turn_id,
+                allowed=frozenset({DeliveryStatus.PENDING, DeliveryStatus.WAITING}),
+            )
+            if ok:
+                attached.append(update)
+        return attached
+
+    async def _reply(
+        self,
+        ctx: TurnContext,
+        *,
+        response_id: str,
+        text: str,
+        outcomes: Sequence[Outcome],
+        attached: Sequence[PendingUpdate],
+        cause: str,
+    ) -> None:
+        env = Envelope(
+            event_id=new_id("ev"),
+            occurred_at=_now(),
+            session_id=ctx.session_id,
+            turn_id=ctx.turn_id,
+            response_id=response_id,
+            agent=ctx.agent,
+            # The message carrying a batch's closing names its delivery.
+            delivery_id=attached[0].delivery_id if attached else None,
+            causation_id=cause,
+            event=TurnReplied(
+                text=text,
+                operation_ids=tuple(o.operation_id for o in outcomes if o.operation_id),
+                attached_delivery_ids=tuple(u.delivery_id for u in attached),
+            ),
+        )
+        ack = await append(
+            self._rt.jetstream, INTERACTION, self._rt.topology.session_subject(ctx.session_id), env
+        )
+        metrics.EVENTS_PUBLISHED.labels(stream="interaction").inc()
+        await self._view.wait_applied(Context.INTERACTION, ack.seq)
+
+    async def _delivered(
+        self, session_id: str, attached: Sequence[PendingUpdate], turn_id: str
+    ) -> None:
+        for update in attached:
+            ok = await self._append_delivery(
+                session_id,
+                update.delivery_id,
+                DeliveryDelivered(),
+                turn_id=turn_id,
+                allowed=frozenset({DeliveryStatus.SENT}),
+            )
+            if ok:
+                metrics.DELIVERIES.labels(mode="next_turn", channel="chat").inc()
+
+    async def _append_delivery(
+        self,
+        session_id: str,
+        delivery_id: str,
+        event: DeliveryAttached | DeliveryDelivered,
+        *,
+        turn_id: str,
+        allowed: frozenset[DeliveryStatus],
+    ) -> bool:
+        """Append to a delivery with its expected sequence, if its status still allows it."""
+        subject = self._rt.topology.delivery_subject(session_id, delivery_id)
+        for _ in range(_CONFLICT_RETRIES):
+            state = self._view.deliveries.get(delivery_id)
+            if state is None or state.status not in allowed:
+                return False
+            env = Envelope(
+                event_id=new_id("ev"),
+                occurred_at=_now(),
+                session_id=session_id,
+                turn_id=turn_id,
+                batch_id=state.batch_id,
+                delivery_id=delivery_id,
+                agent=state.agent,
+                event=event,
+            )
+            try:
+                ack = await append(
+                    self._rt.jetstream,
+                    DELIVERIES,
+                    subject,
+                    env,
+                    expected_last_subject_seq=self._view.delivery_seq(delivery_id),
+                )
+            except ConcurrencyConflict:
+                await self._view.sync()
+                continue
+            metrics.EVENTS_PUBLISHED.labels(stream="deliveries").inc()
+            await self._view.wait_applied(Context.DELIVERIES, ack.seq)
+            return True
+        return False

@@ -1,0 +1,212 @@
+"""A local fake of the OpenAI Responses API: a real HTTP server on 127.0.0.1 speaking SSE.
+
+Each test scripts what the next `POST /v1/responses` answers (events, an HTTP error or a
+hang) and reads back the JSON bodies the server received.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+Event = dict[str, Any]
+
+
+@dataclass
+class Script:
+    """What the server answers: SSE events, or an HTTP status with a body, or a hang."""
+
+    events: list[Event] = field(default_factory=list)
+    status: int = 200
+    error_body: str = ""
+    hang: bool = False
+
+
+class FakeResponses:
+    """The server, its received requests and the script of its answers."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.script = Script()
+        self.release = threading.Event()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server.daemon_threads = True
+        self._server.fake = self  # type: ignore[attr-defined]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
+        )
+
+    @property
+    def base_url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    @property
+    def last_body(self) -> dict[str, Any]:
+        body: dict[str, Any] = self.requests[-1]["body"]
+        return body
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.release.set()
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    # HTTP/1.0: the streamed body ends when the connection closes, like a proxy would do.
+    protocol_version = "HTTP/1.0"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def do_POST(self) -> None:
+        fake: FakeResponses = self.server.fake  # type: ignore[attr-defined]
+        length = int(self.headers.get("Content-Length") or 0)
+        body = json.loads(self.rfile.read(length) or b"{}")
+        fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
+        script = fake.script
+        try:
+            if script.status != 200:
+                payload = script.error_body.encode()
+                self.send_response(script.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            self.end_headers()
+            for event in script.events:
+                self.wfile.write(sse(event))
+                self.wfile.flush()
+            if script.hang:
+                fake.release.wait(timeout=10)
+        except OSError:
+            return  # the client went away (a timeout test)
+
+
+def sse(event: Event) -> bytes:
+    """One server-sent event as the Responses API writes it."""
+    return f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
+
+
+# -- event builders ------------------------------------------------------------------------
+
+
+def _numbered(events: list[Event]) -> list[Event]:
+    return [{**e, "sequence_number": i} for i, e in enumerate(events)]
+
+
+def response_stream(*outputs: list[Event], status: str = "completed") -> list[Event]:
+    """created, in_progress, the outputs' events, then completed (or another end)."""
+    resp = {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}
+    events: list[Event] = [
+        {"type": "response.created", "response": resp},
+        {"type": "response.in_progress", "response": resp},
+    ]
+    for output in outputs:
+        events += output
+    if status:
+        events.append({"type": f"response.{status}", "response": {**resp, "status": status}})
+    return _numbered(events)
+
+
+def message(text: str, index: int = 0, pieces: int = 3) -> list[Event]:
+    """An assistant message streamed as text deltas."""
+    item_id = f"msg_{index}"
+    step = max(1, len(text) // pieces)
+    chunks = [text[i : i + step] for i in range(0, len(text), step)]
+    events: list[Event] = [
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {"id": item_id, "type": "message", "role": "assistant", "content": []},
+        },
+    ]
+    events += [
+        {
+            "type": "response.output_text.delta",
+            "item_id": item_id,
+            "output_index": index,
+            "content_index": 0,
+            "delta": chunk,
+        }
+        for chunk in chunks
+    ]
+    done_item = {
+        "id": item_id,
+        "type": "message",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+    events += [
+        {
+            "type": "response.output_text.done",
+            "item_id": item_id,
+            "output_index": index,
+            "content_index": 0,
+            "text": text,
+        },
+        {"type": "response.output_item.done", "output_index": index, "item": done_item},
+    ]
+    return events
+
+
+def function_call(
+    name: str, arguments: str | dict[str, Any], call_id: str, index: int
+) -> list[Event]:
+    """A function call item streamed as argument deltas, then done."""
+    raw = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    item_id = f"fc_{index}"
+    item = {"id": item_id, "type": "function_call", "call_id": call_id, "name": name}
+    half = len(raw) // 2
+    return [
+        {
+            "type": "response.output_item.added",
+            "output_index": index,
+            "item": {**item, "arguments": "", "status": "in_progress"},
+        },
+        {
+            "type": "response.function_call_arguments.delta",
+            "item_id": item_id,
+            "output_index": index,
+            "delta": raw[:half],
+        },
+        {
+            "type": "response.function_call_arguments.delta",
+            "item_id": item_id,
+            "output_index": index,
+            "delta": raw[half:],
+        },
+        {
+            "type": "response.function_call_arguments.done",
+            "item_id": item_id,
+            "output_index": index,
+            "arguments": raw,
+        },
+        {
+            "type": "response.output_item.done",
+            "output_index": index,
+            "item": {**item, "arguments": raw, "status": "completed"},
+        },
+    ]
+
+
+def running(fake: FakeResponses) -> Iterator[FakeResponses]:
+    """Start the fake for a fixture and stop it afterwards."""
+    fake.start()
+    try:
+        yield fake
+    finally:
+        fake.stop()

@@ -1,0 +1,118 @@
+"""Cancellation in each phase, and compensation as a new linked operation."""
+
+from __future__ import annotations
+
+import asyncio
+
+from tests.operations.conftest import StackFactory
+from tests.support.stack import types
+
+BOOKING = {"restaurant": "Casa Pepe", "date": "2026-12-24", "time": "21:00", "party_size": 2}
+
+
+async def test_cancel_before_start_sends_nothing(make_stack: StackFactory) -> None:
+    stack = await make_stack(workers=0)
+    ctx = stack.turn()
+    turn = await stack.admit(ctx, ("provision_access", {"accesses": ["airtable"]}))
+    op = turn.outcomes[0].operation_id
+    assert stack.admission is not None
+    requested = await stack.admission.request_cancel(ctx, op, reason="the user changed their mind")
+    assert requested.status == "cancel_requested"
+    # Until a worker confirms, nobody may say "cancelled".
+    state, _ = await stack.operation(ctx.session_id, op)
+    assert state is not None
+    assert state.status.value == "cancel_requested"
+    await stack.add_worker(callback=True)
+    state = await stack.wait_status(ctx.session_id, op, "cancelled")
+    assert state.attempts == 0
+    _, events = await stack.operation(ctx.session_id, op)
+    assert "operation.started" not in types(events)
+    assert await stack.ledger("airtable") == []
+
+
+async def test_cancel_while_running_asks_the_provider_and_waits_for_its_answer(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(provider_env={"SANDBOX_ASYNC_DELAY_MS": "2000"})
+    ctx = stack.turn()
+    turn = await stack.admit(ctx, ("book_table", BOOKING))
+    op = turn.outcomes[0].operation_id
+    # Wait until the provider accepted the booking (202) and it is pending there.
+    for _ in range(100):
+        state, _ = await stack.operation(ctx.session_id, op)
+        if state is not None and state.awaiting_async:
+            break
+        await asyncio.sleep(0.05)
+    assert stack.admission is not None
+    await stack.admission.request_cancel(ctx, op, reason="don't book it")
+    state = await stack.wait_status(ctx.session_id, op, "cancelled")
+    _, events = await stack.operation(ctx.session_id, op)
+    kinds = types(events)
+    assert kinds.index("operation.cancel_requested") < kinds.index("operation.cancelled")
+    assert "operation.committed" not in kinds
+    await asyncio.sleep(2.5)
+    # The provider never commits the cancelled booking, and no callback resurrects it.
+    assert await stack.effects("casa-pepe") == 0
+    state, _ = await stack.operation(ctx.session_id, op)
+    assert state is not None
+    assert state.status.value == "cancelled"
+
+
+async def test_cancel_after_commit_is_refused_and_offers_compensation(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack()
+    ctx = stack.turn()
+    turn = await stack.admit(ctx, ("provision_access", {"accesses": ["linear"]}))
+    op = turn.outcomes[0].operation_id
+    await stack.wait_status(ctx.session_id, op, "committed")
+    assert stack.admission is not None
+    refused = await stack.admission.request_cancel(ctx, op, reason="never mind")
+    assert refused.status == "committed"
+    assert refused.reason == "not_cancellable"
+    state, events = await stack.operation(ctx.session_id, op)
+    assert state is not None
+    assert state.status.value == "committed"
+    refusal = events[-1].event
+    assert types([events[-1]]) == ["operation.cancel_refused"]
+    assert refusal.compensating_tool == "revoke_access"  # type: ignore[union-attr]
+
+    undo = await stack.admission.compensate(ctx, op)
+    assert undo.tool == "revoke_access"
+    assert undo.operation_id != op
+    again = await stack.admission.compensate(ctx, op)
+    assert again.operation_id == undo.operation_id
+    assert again.existing
+    comp = await stack.wait_status(ctx.session_id, undo.operation_id, "committed")
+    assert comp.compensates == op
+    original, events = await stack.operation(ctx.session_id, op)
+    assert original is not None
+    assert original.status.value == "committed"
+    assert original.compensated_by == undo.operation_id
+    assert "operation.compensated" in types(events)
+    assert comp.result is not None
+    assert comp.result["status"] == "revoked"
+    # One grant, never repeated; the revoke reversed it at the system of record.
+    assert await stack.effects("linear") == 1
+
+
+async def test_confirmation_is_needed_before_a_transfer_runs(make_stack: StackFactory) -> None:
+    stack = await make_stack()
+    ctx = stack.turn()
+    turn = await stack.admit(
+        ctx, ("transfer_money", {"to_account": "dave-main", "amount_cents": 2500})
+    )
+    op = turn.outcomes[0]
+    assert op.status == "awaiting_confirmation"
+    assert op.prompt is not None
+    assert "transfer_money" in op.prompt
+    await asyncio.sleep(0.5)
+    assert await stack.ledger("dave-main") == []
+    assert stack.admission is not None
+    declined = await stack.admission.confirm(ctx, op.operation_id, accept=False)
+    assert declined.status == "rejected"
+    state, _ = await stack.operation(ctx.session_id, op.operation_id)
+    assert state is not None
+    assert state.failure is not None
+    assert state.failure.startswith("confirmation_declined")
+    assert await stack.ledger("dave-main") == []
