@@ -5,7 +5,7 @@ from .connection import connect
 from .consumer import DurableConsumer, Handler, Poison, Received, spec_for
 from .deadletter import DEAD_LETTER_DECODER, DeadLetter
 from .declare import ConsumerSpec, ensure_buckets, ensure_consumer, ensure_stream, ensure_streams
-from .replay import Replayed, last_subject_seq, replay
+from .replay import Replayed, last_subject_seq, read_subject, replay
 from .store import (
     Appended,
     Claim,
@@ -46,6 +46,7 @@ __all__ = [
     "last_subject_seq",
     "load",
     "read_claim",
+    "read_subject",
     "replay",
     "spec_for",
     "token",

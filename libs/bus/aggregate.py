@@ -10,7 +10,7 @@ from nats.js import JetStreamContext
 
 from libs.events import Envelope, EventCodec
 
-from .replay import replay
+from .replay import read_subject
 
 S = TypeVar("S")
 B = TypeVar("B")
@@ -37,7 +37,7 @@ async def load(
     An event the state machine refuses is skipped: it was appended by an older version or
     by a racing writer, and the history must stay readable either way.
     """
-    replayed = await replay(js, stream, subject, codec)
+    replayed = await read_subject(js, stream, subject, codec)
     state: S | None = None
     events: list[Envelope[B]] = []
     for item in replayed.items:

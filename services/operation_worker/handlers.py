@@ -210,19 +210,22 @@ class Worker:
         held = [lease]
         renewer = asyncio.create_task(self._renew(held))
         try:
-            slot = await self._running_slot(env.session_id, env.operation_id)
+            op = await self._load(env.session_id, env.operation_id)
+            if op is None:
+                raise Poison(f"no events for operation {env.operation_id}")
+            slot = await self._running_slot(op)
             if slot is not None:
                 held.append(slot)
-            await self._drive(env.session_id, env.operation_id, env.event)
+            await self._drive(op, env.event)
         finally:
             renewer.cancel()
             for held_lease in held:
                 await held_lease.release()
 
-    async def _running_slot(self, session_id: str, operation_id: str) -> Lease | None:
+    async def _running_slot(self, op: _Op) -> Lease | None:
         """For tools with a running limit: wait (queued, admitted) for a free slot."""
-        op = await self._load(session_id, operation_id)
-        if op is None or op.state.terminal:
+        session_id, operation_id = op.state.session_id, op.state.operation_id
+        if op.state.terminal:
             return None
         limit = self._registry.tool(op.state.tool).limits.running
         if limit is None:
@@ -250,9 +253,10 @@ class Worker:
             for lease in leases:
                 await lease.renew()
 
-    async def _drive(self, session_id: str, operation_id: str, command: WorkCommand) -> None:
+    async def _drive(self, first: _Op, command: WorkCommand) -> None:
+        session_id, operation_id = first.state.session_id, first.state.operation_id
+        op: _Op | None = first
         for _ in range(10_000):
-            op = await self._load(session_id, operation_id)
             if op is None:
                 raise Poison(f"no events for operation {operation_id}")
             if op.state.terminal:
@@ -260,9 +264,11 @@ class Worker:
             try:
                 done = await self._step(op, command)
             except _Stale:
-                continue
+                done = False
             if done:
                 return
+            # Someone (or this worker) wrote since: decide again from the stream's truth.
+            op = await self._load(session_id, operation_id)
         raise RuntimeError(f"operation {operation_id} did not settle")
 
     async def _step(self, op: _Op, command: WorkCommand) -> bool:
