@@ -4,7 +4,7 @@ SHELL := /bin/bash
 BIN := .venv/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv run test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance dashboards clean
+.PHONY: help venv run test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-voice dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
@@ -34,7 +34,8 @@ proto: venv
 proto-check: venv
 	$(BIN)/python -m libs.proto --check
 
-bench: bench-ops bench-coordination bench-acceptance
+bench: venv
+	$(BIN)/python -m bench
 
 bench-ops: venv
 	$(BIN)/python -m bench.ops
@@ -44,6 +45,9 @@ bench-coordination: venv
 
 bench-acceptance: venv
 	$(BIN)/python -m bench.acceptance
+
+bench-voice: venv
+	$(BIN)/python -m bench.voice
 
 dashboards: venv
 	$(BIN)/python deploy/grafana/build.py

@@ -28,8 +28,24 @@ from tests.surface.stack import SurfaceStack
 RESULTS = Path(__file__).parent / "results" / "acceptance.json"
 
 
+async def _post(
+    client: httpx.AsyncClient, path: str, body: dict[str, Any], headers: dict[str, str]
+) -> httpx.Response:
+    """POST, sent again if the connection drops (a keep-alive connection the server closed).
+
+    Safe for turns: each carries a `client_turn_id`, so a repeat returns the first answer.
+    """
+    for attempt in range(3):
+        try:
+            return await client.post(path, json=body, headers=headers)
+        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ConnectError):
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 async def _session(client: httpx.AsyncClient, turns: int, out: list[float]) -> None:
-    created = await client.post("/v1/sessions", json={"user_id": f"b-{uuid.uuid4().hex[:8]}"})
+    created = await _post(client, "/v1/sessions", {"user_id": f"b-{uuid.uuid4().hex[:8]}"}, {})
     created.raise_for_status()
     body = created.json()
     auth = {"Authorization": f"Bearer {body['token']}"}
@@ -37,8 +53,11 @@ async def _session(client: httpx.AsyncClient, turns: int, out: list[float]) -> N
         tag = uuid.uuid4().hex[:5]
         text = f"give me access to a{tag}{i}, b{tag}{i} and c{tag}{i}"
         started = time.perf_counter()
-        response = await client.post(
-            f"/v1/sessions/{body['session_id']}/turns", json={"text": text}, headers=auth
+        response = await _post(
+            client,
+            f"/v1/sessions/{body['session_id']}/turns",
+            {"text": text, "client_turn_id": f"bench-{tag}-{i}"},
+            auth,
         )
         out.append(time.perf_counter() - started)
         response.raise_for_status()

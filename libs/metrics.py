@@ -117,3 +117,11 @@ OPERATIONS_TERMINAL = Counter(
 EVENTS_PUBLISHED = Counter("holdline_events_published", "Events appended.", ["stream"])
 DEAD_LETTERS = Counter("holdline_dead_letters", "Messages moved to the DLQ.", ["stream", "reason"])
 CONSUMER_LAG = Gauge("holdline_consumer_pending", "Messages not yet handled.", ["consumer"])
+TELEPHONY_FRAMES_REJECTED = Counter(
+    "holdline_telephony_frames_rejected",
+    "Twilio frames dropped at the edge, by reason.",
+    ["reason"],
+)
+TELEPHONY_CALLS = Counter(
+    "holdline_telephony_calls", "Calls attached, by how they ended.", ["outcome"]
+)

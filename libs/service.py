@@ -25,6 +25,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from libs import tracing
 from libs.bus import (
     BUCKETS,
     Context,
@@ -73,6 +74,7 @@ class Runtime:
 
     async def start(self) -> None:
         """Connect, declare everything, start consumers. Retries until the broker answers."""
+        tracing.configure(self.name)
         delay = 0.2
         while True:
             try:

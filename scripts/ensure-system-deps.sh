@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Install the system packages the browser test needs (Debian chromium + chromium-driver)
-# when they are missing. Idempotent and quiet: does nothing when both are present.
+# Install the system packages the tests and the voice channel need when they are missing:
+# Debian chromium + chromium-driver (browser test) and espeak-ng (offline TTS).
+# Idempotent and quiet: does nothing when all are present.
 set -euo pipefail
 
 missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
+command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

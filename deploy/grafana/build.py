@@ -434,6 +434,19 @@ def operations_dashboard() -> Dashboard:
             one(rate("holdline_sandbox_callbacks_total", by="outcome"), "{{outcome}}"),
             unit="ops",
         ),
+        Row("Telephony"),
+        Panel(
+            "Calls by outcome",
+            one(rate("holdline_telephony_calls_total", by="outcome"), "{{outcome}}"),
+            unit="ops",
+            stack=True,
+        ),
+        Panel(
+            "Media Streams frames rejected by reason",
+            one(rate("holdline_telephony_frames_rejected_total", by="reason"), "{{reason}}"),
+            unit="ops",
+            description="Garbage JSON, bad base64, unknown events: refused, recorded, call kept.",
+        ),
     ]
     return d
 

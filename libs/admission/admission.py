@@ -194,9 +194,15 @@ class Admission:
         if existing is not None and existing.status not in _REUSABLE:
             return self._on_duplicate(plan, existing)
         if declaration.duplicate_policy == "replace" and plan.subject_key:
-            older = self._view.open_on_subject(ctx.session_id, plan.subject_key)
+            # Older intents on the same subject that still stand (running or done):
+            # the new one replaces them, for real, at the system of record too.
+            older = self._view.on_subject(ctx.session_id, plan.subject_key)
             plan.supersedes = tuple(
-                s.operation_id for s in older if s.intent_key != plan.intent_key
+                s.operation_id
+                for s in older
+                if s.intent_key != plan.intent_key
+                and s.status not in _REUSABLE
+                and s.compensated_by is None
             )
         return self._plan_capacity(ctx, plan, declaration)
 
@@ -428,7 +434,7 @@ class Admission:
             await asyncio.gather(*(self._write(ctx, p, batch_id, now) for p in fresh))
         for plan in fresh:
             for older in plan.supersedes:
-                await self.request_cancel(ctx, older, reason=f"superseded by {plan.operation_id}")
+                await self._supersede(ctx, older, plan.operation_id)
         return TurnAdmission(
             batch_id=batch_id, outcomes=tuple(self._outcome(p, batch_id) for p in plans)
         )
@@ -522,8 +528,18 @@ class Admission:
             )
             self._view.apply(env, ack.seq)
             expected = ack.seq
+        if accept:
+            metrics.OPERATIONS_ADMITTED.labels(state.tool).inc()
+        else:
+            metrics.OPERATIONS_REJECTED.labels(state.tool, "confirmation_declined").inc()
         final = OpStatus.ADMITTED if accept else OpStatus.REJECTED
         return Outcome(operation_id, state.tool, final.value, state.batch_id, plan.intent_key)
+
+    async def _supersede(self, ctx: TurnContext, older: str, newer: str) -> None:
+        """Cancel what has not happened; compensate what already has (the result is stale)."""
+        outcome = await self.request_cancel(ctx, older, reason=f"superseded by {newer}")
+        if outcome.status == OpStatus.COMMITTED.value:
+            await self.compensate(ctx, older)
 
     async def request_cancel(self, ctx: TurnContext, operation_id: str, *, reason: str) -> Outcome:
         """An explicit cancellation request ("don't do the transfer").

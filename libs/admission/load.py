@@ -15,7 +15,6 @@ import contextlib
 import logging
 from collections import Counter, defaultdict, deque
 from datetime import datetime, timedelta
-from typing import Any
 
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -82,10 +81,6 @@ class LoadView:
             user_open=self._open[("u", tool, tenant_id, user_id)],
         )
 
-    def running(self, tool: str) -> int:
-        """Operations of a tool currently RUNNING (the worker's queue gate)."""
-        return self._open[("r", tool)]
-
     def reserve(self, tool: str, tenant_id: str, user_id: str, delta: int = 1) -> None:
         """Count an admission being written, so a burst in this process sees it at once."""
         for key in (("g", tool), ("t", tool, tenant_id), ("u", tool, tenant_id, user_id)):
@@ -98,8 +93,8 @@ class LoadView:
             stamps.popleft()
         return len(stamps)
 
-    def open_on_subject(self, session_id: str, subject_key: str) -> list[OperationState]:
-        """Open operations of a session about the same subject."""
+    def on_subject(self, session_id: str, subject_key: str) -> list[OperationState]:
+        """Every operation a session admitted about the same subject, in any state."""
         ids = self._by_subject.get((session_id, subject_key), set())
         return [s for op in sorted(ids) if (s := self.projection.get(op)) is not None]
 
@@ -127,12 +122,11 @@ class LoadView:
             self._by_intent[after.intent_key] = after.operation_id
         if entered and after.status is OpStatus.ADMITTED:
             self._recent[(after.tool, after.user_id or "")].append(env.occurred_at)
+            if after.subject_key:
+                self._by_subject[(after.session_id, after.subject_key)].add(after.operation_id)
         if was_open != is_open:
             self._count(after, +1 if is_open else -1)
             self._index(after, add=is_open)
-        was_running = before is not None and before.status is OpStatus.RUNNING
-        if was_running != (after.status is OpStatus.RUNNING):
-            self._open[("r", after.tool)] += 1 if after.status is OpStatus.RUNNING else -1
 
     def _count(self, state: OperationState, delta: int) -> None:
         tenant, user = state.tenant_id or "", state.user_id or ""
@@ -140,18 +134,13 @@ class LoadView:
             self._open[key] += delta
 
     def _index(self, state: OperationState, *, add: bool) -> None:
-        keys: list[tuple[Any, Any]] = [
-            (self._by_digest, (state.tenant_id or "", state.tool, digest(state.arguments))),
-        ]
-        if state.subject_key:
-            keys.append((self._by_subject, (state.session_id, state.subject_key)))
-        for index, key in keys:
-            if add:
-                index[key].add(state.operation_id)
-            else:
-                index[key].discard(state.operation_id)
-                if not index[key]:
-                    del index[key]
+        key = (state.tenant_id or "", state.tool, digest(state.arguments))
+        if add:
+            self._by_digest[key].add(state.operation_id)
+        else:
+            self._by_digest[key].discard(state.operation_id)
+            if not self._by_digest[key]:
+                del self._by_digest[key]
 
     async def follow(self, js: JetStreamContext, topology: Topology) -> None:
         """Subscribe to the whole operations stream from the start, in order."""

@@ -22,7 +22,9 @@ from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, FetchTimeoutError
 
+from libs import tracing
 from libs.events import Envelope, EventCodec, EventDecodeError
+from libs.metrics import CONSUMER_LAG
 
 from .deadletter import DEAD_LETTER_ENCODER, DeadLetter
 from .declare import ConsumerSpec, ensure_consumer
@@ -184,9 +186,13 @@ class DurableConsumer(Generic[B]):
             stream_seq=meta.sequence.stream,
             num_delivered=meta.num_delivered,
         )
+        CONSUMER_LAG.labels(consumer=self.spec.durable).set(meta.num_pending)
         heartbeat = asyncio.create_task(self._heartbeat(msg))
         try:
-            await self._handler(received)
+            with tracing.handler_span(
+                self.spec.durable, msg.subject, msg.headers, envelope.event_id
+            ):
+                await self._handler(received)
         except Poison as exc:
             await self._dead_letter(msg, "poison", exc.reason)
             return

@@ -17,6 +17,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
+from libs import tracing
 from libs.events import Envelope, EventCodec
 
 # JetStream's error code for a failed Nats-Expected-Last-Subject-Sequence check.
@@ -65,17 +66,18 @@ async def append(
     The message id defaults to the event id, so re-publishing the same event object is a
     no-op. `expected_last_subject_seq=0` means "the subject must be empty".
     """
-    hdrs: dict[str, str] = {"Nats-Msg-Id": msg_id or envelope.event_id}
-    if headers:
-        hdrs.update(headers)
-    if expected_last_subject_seq is not None:
-        hdrs["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
-    try:
-        ack = await js.publish(subject, codec.encode(envelope), headers=hdrs)
-    except APIError as exc:
-        if exc.err_code == _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
-            raise ConcurrencyConflict(subject, expected_last_subject_seq) from exc
-        raise
+    with tracing.append_span(subject, envelope.event_id) as trace_headers:
+        hdrs: dict[str, str] = {"Nats-Msg-Id": msg_id or envelope.event_id, **trace_headers}
+        if headers:
+            hdrs.update(headers)
+        if expected_last_subject_seq is not None:
+            hdrs["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
+        try:
+            ack = await js.publish(subject, codec.encode(envelope), headers=hdrs)
+        except APIError as exc:
+            if exc.err_code == _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
+                raise ConcurrencyConflict(subject, expected_last_subject_seq) from exc
+            raise
     return Appended(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
 
 

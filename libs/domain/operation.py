@@ -96,6 +96,7 @@ class OperationState:
     admitted_at: datetime | None = None
     deadline_at: datetime | None = None
     last_attempt_at: datetime | None = None
+    progress_notes: int = 0
     # Status to return to if a cancel request is refused.
     before_cancel: OpStatus | None = None
     result: dict[str, Any] | None = None
@@ -218,7 +219,7 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
                 last_attempt_at=env.occurred_at,
             )
         case OperationProgress():
-            return state
+            return replace(state, progress_notes=state.progress_notes + 1)
         case OperationRetryScheduled(reason=reason, retry_at=retry_at):
             return replace(state, status=S.FAILED_RETRYABLE, failure=reason, retry_at=retry_at)
         case OperationReconciled():

@@ -12,6 +12,7 @@ from libs.events import (
     InteractionEvent,
     PlaybackFinished,
     PlaybackStarted,
+    ReplyTruncated,
     ResponseFinished,
     ResponseStarted,
     SessionClosed,
@@ -106,8 +107,24 @@ def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> Sessi
             return replace(state, playback_active=True)
         case PlaybackFinished():
             return replace(state, playback_active=False)
+        case ReplyTruncated(text=text):
+            return replace(state, messages=_truncated(state.messages, env.turn_id, text))
         case ChannelConnected(connection_id=conn):
             return replace(state, connections=state.connections | {conn})
         case ChannelDisconnected(connection_id=conn):
             return replace(state, connections=state.connections - {conn})
     raise SessionError(f"unhandled interaction event {type(event).__name__}")
+
+
+def _truncated(
+    messages: tuple[Message, ...], turn_id: str | None, heard: str
+) -> tuple[Message, ...]:
+    """The turn's last assistant reply cut to what was heard (removed if nothing was)."""
+    for index in range(len(messages) - 1, -1, -1):
+        found = messages[index]
+        if found.role == "assistant" and found.turn_id == turn_id and found.delivery_id is None:
+            rest = messages[index + 1 :]
+            if not heard.strip():
+                return (*messages[:index], *rest)
+            return (*messages[:index], replace(found, text=heard.strip()), *rest)
+    return messages

@@ -97,6 +97,14 @@ class PlaybackFinished(_Event, frozen=True, kw_only=True, tag="playback.finished
     unheard_ms: int = 0
 
 
+class ReplyTruncated(_Event, frozen=True, kw_only=True, tag="reply.truncated"):
+    """Voice: the reply of `turn_id` was cut by a barge-in; history keeps only `text` (heard)."""
+
+    text: str
+    played_ms: int
+    unheard_ms: int
+
+
 class ChannelConnected(_Event, frozen=True, kw_only=True, tag="channel.connected"):
     """A chat stream or a phone call attached to the session."""
 
@@ -125,6 +133,7 @@ InteractionEvent = (
     | ResponseFinished
     | PlaybackStarted
     | PlaybackFinished
+    | ReplyTruncated
     | ChannelConnected
     | ChannelDisconnected
 )

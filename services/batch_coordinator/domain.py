@@ -7,8 +7,8 @@ to vary); only final failures go through the model, which must offer an alternat
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from collections.abc import Sequence
+from typing import Literal
 
 from libs.domain.batch import MemberStatus
 from libs.domain.operation import OperationState
@@ -20,6 +20,7 @@ from libs.events import (
     OperationRejected,
 )
 from libs.models import Outcome
+from libs.tools.labels import label_of
 
 
 def member_status(event: OperationEvent) -> MemberStatus | None:
@@ -41,16 +42,6 @@ def progress_delivery_id(operation_event_id: str) -> str:
     """A progress note's delivery id, derived from the progress event so a redelivery repeats it."""
     digest = hashlib.sha256(f"progress:{operation_event_id}".encode()).hexdigest()[:24]
     return f"prg-{digest}"
-
-
-def label_of(tool: str, arguments: Mapping[str, Any]) -> str:
-    """What an operation was about, from its arguments: "alpha", "R on 2026-05-01"."""
-    scalars = [str(v) for v in arguments.values() if isinstance(v, str | int | float) and v != ""]
-    if not scalars:
-        return tool or "the request"
-    if len(scalars) == 1:
-        return scalars[0]
-    return " ".join(scalars[:3])
 
 
 def outcome_of(operation_id: str, status: MemberStatus, state: OperationState | None) -> Outcome:

@@ -34,6 +34,7 @@ from libs.problems import problem
 from libs.service import Runtime
 
 from .auth import api_key_ok, bearer, hash_token, new_id, new_token, token_matches
+from .diagnosis import diagnose
 from .projections import SurfaceView, decode_cursor
 from .settings import Settings
 from .snapshot import build_snapshot, causal_order, timeline_item
@@ -290,11 +291,9 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
         await surface.view.sync()
         found = surface.view.log(session_id)
         entries = found.entries if found is not None else []
+        items = [timeline_item(e) for e in causal_order(entries)]
         return JSONResponse(
-            {
-                "session_id": session_id,
-                "events": [timeline_item(e) for e in causal_order(entries)],
-            }
+            {"session_id": session_id, "events": items, "diagnosis": diagnose(items)}
         )
 
     @router.post("/v1/sessions/{session_id}/activity", status_code=202)

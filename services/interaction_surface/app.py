@@ -31,7 +31,9 @@ from .api import Surface, install
 from .deliveries import DeliveryExecutor
 from .projections import SurfaceView
 from .settings import Settings
+from .telephony import CallRegistry
 from .turns import Turns
+from .voice import install_voice, start_voice
 
 STATIC = Path(__file__).parent / "static"
 
@@ -53,9 +55,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     view = SurfaceView()
     load_view = LoadView()
     holder: dict[str, Any] = {}
+    calls = CallRegistry()
 
     def deliveries_consumer(rt: Runtime) -> DurableConsumer[Any]:
-        executor = DeliveryExecutor(rt, view, settings)
+        executor = DeliveryExecutor(rt, view, settings, calls)
         holder["executor"] = executor
         return DurableConsumer(
             rt.jetstream,
@@ -108,6 +111,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             settings=settings,
         )
         surface.http = httpx.AsyncClient(base_url=settings.provider_url, timeout=5.0)
+        await start_voice(telephony, surface, lambda: holder.get("executor"))
 
     async def on_stop() -> None:
         await view.close()
@@ -120,6 +124,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_problem_handlers(app)
     install(app, surface)
+    telephony = install_voice(app, surface, calls)
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

@@ -24,8 +24,7 @@ from libs.models.interface import (
     ToolSpec,
 )
 from libs.tools import ToolDeclaration
-
-from .snapshot import label_of
+from libs.tools.labels import label_of
 
 _SPANISH = re.compile(
     r"[¿¡ñáéíóú]|\b(para|las|los|dame|quiero|reserva|mejor|acceso|hola|gracias|no hagas|"

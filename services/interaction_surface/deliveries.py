@@ -11,6 +11,12 @@ which finds the delivery `sent`, writes the message only if history lacks it (an
 message id derived from the delivery, so even a racing duplicate is dropped by the broker)
 and then marks it delivered. A delivery attached to a reply (`next_turn`) belongs to that
 turn; it is finished here only if the turn ended without writing it.
+
+Voice: while a call of the session is attached to this process (`CallRegistry`), a handed
+over delivery is `delivery.sent` (channel voice) and spoken on the call with a mark named
+after its id, in a task of its own so an urgent one can still cut in. A clean mark →
+the message in history + `delivery.spoken`; a clear or a hang-up → `delivery.unheard`
+with the played milliseconds (nothing in history), and the policy requeues it shorter.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from libs import metrics
 from libs.bus import ConcurrencyConflict, Context, Received, append
@@ -26,17 +33,25 @@ from libs.domain.delivery import DeliveryStatus
 from libs.events import (
     DELIVERIES,
     INTERACTION,
+    DeliveryAttached,
     DeliveryDelivered,
     DeliveryEvent,
     DeliverySent,
+    DeliverySpoken,
+    DeliveryUnheard,
     Envelope,
+    TurnReceived,
     TurnReplied,
 )
 from libs.service import Runtime
 
 from .auth import new_id
-from .projections import SurfaceView
+from .projections import Entry, SurfaceView
 from .settings import Settings
+
+if TYPE_CHECKING:
+    from .playback import Settled
+    from .telephony import Call, CallRegistry
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +69,19 @@ def _now() -> datetime:
 class DeliveryExecutor:
     """Says what the policy decided to say, exactly once per delivery."""
 
-    def __init__(self, runtime: Runtime, view: SurfaceView, settings: Settings) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        view: SurfaceView,
+        settings: Settings,
+        calls: CallRegistry | None = None,
+    ) -> None:
         self._rt = runtime
         self._view = view
         self._settings = settings
+        self._calls = calls
+        # Deliveries this process is playing on a call, by id.
+        self._speaking: dict[str, asyncio.Task[None]] = {}
 
     async def on_delivery(self, received: Received[DeliveryEvent]) -> None:
         """Consumer handler: act on the delivery's current state."""
@@ -71,11 +95,16 @@ class DeliveryExecutor:
         """Move one delivery as far as it can go now."""
         for _ in range(_RETRIES):
             state = self._view.deliveries.get(delivery_id)
-            if state is None:
+            if state is None or delivery_id in self._speaking:
                 return
+            call = self._calls.get(state.session_id) if self._calls is not None else None
             try:
-                if state.handed_off:
+                if state.handed_off and call is not None:
+                    await self._speak(state, call)
+                elif state.handed_off:
                     await self._send(state)
+                elif state.status is DeliveryStatus.SENT and self._sent_on_voice(state):
+                    await self._orphaned(state)
                 elif state.status is DeliveryStatus.SENT:
                     await self._finish(state)
             except ConcurrencyConflict:
@@ -84,6 +113,90 @@ class DeliveryExecutor:
             else:
                 return
         raise RuntimeError(f"delivery {delivery_id}: too many concurrent writers")
+
+    # ------------------------------------------------------------------ voice
+
+    async def _speak(self, state: DeliveryState, call: Call) -> None:
+        interrupt = state.decision == "interrupt"
+        sent = DeliverySent(mode="interrupt" if interrupt else "proactive", channel="voice")
+        await self._append(state, sent)
+        if state.ready_at is not None:
+            metrics.DELIVERY_READY_TO_SENT.observe(
+                max((_now() - state.ready_at).total_seconds(), 0.0)
+            )
+        delivery_id = state.delivery_id
+        task = asyncio.create_task(self._play(delivery_id, state.text, call, interrupt=interrupt))
+        self._speaking[delivery_id] = task
+        task.add_done_callback(lambda _t: self._speaking.pop(delivery_id, None))
+
+    async def _play(self, delivery_id: str, text: str, call: Call, *, interrupt: bool) -> None:
+        try:
+            state = self._view.deliveries.get(delivery_id)
+            settled = await call.say(
+                text,
+                delivery_id,
+                interrupt=interrupt,
+                delivery_id=delivery_id,
+                turn_id=state.turn_id if state is not None else None,
+            )
+            await self.settle_voice(delivery_id, settled, write=True)
+        except Exception:
+            log.exception("delivery %s: playback failed", delivery_id)
+
+    async def settle_voice(self, delivery_id: str, settled: Settled, *, write: bool) -> None:
+        """Spoken only on a clean mark; anything else is unheard (the policy retries it)."""
+        for _ in range(_RETRIES):
+            current = self._view.deliveries.get(delivery_id)
+            if current is None or current.status is not DeliveryStatus.SENT:
+                return
+            try:
+                if settled.heard:
+                    found = self._view.log(current.session_id)
+                    if write and (found is None or delivery_id not in found.written):
+                        await self._write_message(current)
+                    await self._append(current, DeliverySpoken())
+                    mode = current.mode or "proactive"
+                    metrics.DELIVERIES.labels(mode=mode, channel="voice").inc()
+                else:
+                    await self._append(
+                        current, DeliveryUnheard(played_ms=settled.played_ms, reason=settled.reason)
+                    )
+            except ConcurrencyConflict:
+                await self._view.sync()
+            else:
+                return
+
+    def _sent_on_voice(self, state: DeliveryState) -> bool:
+        """Sent on a call, or attached to the reply of a spoken turn: the call settles it."""
+        found = self._view.log(state.session_id)
+        entries = found.entries if found is not None else []
+        channel: str | None = None
+        for entry in entries:
+            event = entry.envelope.event
+            if entry.envelope.delivery_id != state.delivery_id:
+                continue
+            if isinstance(event, DeliverySent):
+                channel = event.channel
+            elif isinstance(event, DeliveryAttached):
+                channel = self._turn_channel(entries, event.attached_to_turn_id)
+        return channel == "voice"
+
+    @staticmethod
+    def _turn_channel(entries: list[Entry], turn_id: str) -> str | None:
+        for entry in entries:
+            event = entry.envelope.event
+            if isinstance(event, TurnReceived) and entry.envelope.turn_id == turn_id:
+                return event.channel
+        return None
+
+    async def _orphaned(self, state: DeliveryState) -> None:
+        """Sent to a call this process does not hold: unheard once no call is attached."""
+        session = self._view.session(state.session_id)
+        if session is not None and any(c.startswith("call_") for c in session.connections):
+            return
+        await self._append(state, DeliveryUnheard(played_ms=0, reason="call_ended"))
+
+    # ------------------------------------------------------------------ chat
 
     async def _send(self, state: DeliveryState) -> None:
         sent = (

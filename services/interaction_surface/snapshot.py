@@ -13,6 +13,7 @@ import msgspec
 from libs.bus import Context
 from libs.domain import BatchState, DeliveryState, OperationState, SessionState
 from libs.domain.sync_mode import sync_mode
+from libs.tools.labels import label_of
 
 from .projections import Entry, encode_cursor
 
@@ -41,22 +42,6 @@ _ID_FIELDS = (
     "agent",
     "causation_id",
 )
-
-
-def label_of(tool: str, arguments: dict[str, Any]) -> str:
-    """What an operation is about, in the user's words ("github", "casa-pepe at 21:00")."""
-    if "access" in arguments:
-        return str(arguments["access"])
-    if "restaurant" in arguments:
-        when = " ".join(str(arguments[k]) for k in ("date", "time") if k in arguments)
-        return f"{arguments['restaurant']} {when}".strip()
-    if "to_account" in arguments:
-        amount = arguments.get("amount_cents")
-        money = f"{int(amount) / 100:.2f} {arguments.get('currency', '')}".strip() if isinstance(
-            amount, int
-        ) else ""
-        return f"{money} to {arguments['to_account']}".strip()
-    return tool
 
 
 def message_view(

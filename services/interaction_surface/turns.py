@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
@@ -51,6 +51,7 @@ from libs.models.interface import (
 )
 from libs.service import Runtime
 from libs.tools import ToolRegistry
+from libs.tools.labels import label_of
 
 from .auth import new_id
 from .conversation import (
@@ -65,7 +66,6 @@ from .conversation import (
 )
 from .projections import SurfaceView
 from .settings import Settings
-from .snapshot import label_of
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +87,8 @@ class TurnInput:
     session: SessionState
     text: str
     client_turn_id: str | None
+    # Voice: attached updates are spoken (or not) by the call, so not marked delivered here.
+    channel: Literal["chat", "voice"] = "chat"
 
 
 def _now() -> datetime:
@@ -235,8 +237,13 @@ class Turns:
             attached=attached,
             cause=received_at,
         )
-        await self._delivered(session_id, attached, turn_id)
+        if request.channel == "chat":
+            await self._delivered(session_id, attached, turn_id)
+        extra: dict[str, Any] = {}
+        if request.channel == "voice":
+            extra["attached_delivery_ids"] = [u.delivery_id for u in attached]
         return {
+            **extra,
             "turn_id": turn_id,
             "reply": {"text": text, "response_id": response_id},
             "operations": [
@@ -273,7 +280,9 @@ class Turns:
                 turn_id=turn_id,
                 agent=request.session.agent,
                 event=TurnReceived(
-                    channel="chat", text=request.text, client_turn_id=request.client_turn_id
+                    channel=request.channel,
+                    text=request.text,
+                    client_turn_id=request.client_turn_id,
                 ),
             )
             try:

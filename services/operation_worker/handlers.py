@@ -46,6 +46,7 @@ from libs.events import (
     OperationDeadLettered,
     OperationEvent,
     OperationFailedFinal,
+    OperationProgress,
     OperationReconciled,
     OperationRetryScheduled,
     OperationStarted,
@@ -367,6 +368,10 @@ class Worker:
         state = op.state
         since = state.last_attempt_at or datetime.now(UTC)
         waited = (datetime.now(UTC) - since).total_seconds()
+        if waited >= self._settings.progress_after_s and state.progress_notes == 0:
+            # A long wait gets one non-final update, so the conversation can say so.
+            await self._append(op, OperationProgress(message="accepted; waiting for confirmation"))
+            return False
         if waited < self._settings.callback_overdue_s:
             await self._sleep_until(
                 op,

@@ -5,6 +5,7 @@
 - `HOLDLINE_CALLBACK_SECRET`: HMAC key of provider callbacks
 - `HOLDLINE_LEASE_TTL_S` (default: the ack wait): how long a silent worker keeps an operation
 - `HOLDLINE_CALLBACK_OVERDUE_S` (5): after this, an awaited async result is polled
+- `HOLDLINE_PROGRESS_AFTER_S` (10): an async wait this long gets one `operation.progress`
 - `HOLDLINE_POLL_INTERVAL_S` (0.25): how often a waiting operation re-reads its state
 - `HOLDLINE_RETRY_BUDGET_RATIO` (0.5), `HOLDLINE_RETRY_BUDGET_MIN` (20): retry budget
 - `HOLDLINE_BACKOFF_SCALE` (1.0): multiplies every declared backoff (tests make it small)
@@ -33,6 +34,7 @@ class Settings:
     callback_secret: bytes
     lease_ttl_s: float
     callback_overdue_s: float
+    progress_after_s: float
     poll_interval_s: float
     retry_budget_ratio: float
     retry_budget_min: int
@@ -53,6 +55,7 @@ class Settings:
             ).encode(),
             lease_ttl_s=env_float("HOLDLINE_LEASE_TTL_S", bus.ack_wait_s),
             callback_overdue_s=env_float("HOLDLINE_CALLBACK_OVERDUE_S", 5.0),
+            progress_after_s=env_float("HOLDLINE_PROGRESS_AFTER_S", 10.0),
             poll_interval_s=env_float("HOLDLINE_POLL_INTERVAL_S", 0.25),
             retry_budget_ratio=env_float("HOLDLINE_RETRY_BUDGET_RATIO", 0.5),
             retry_budget_min=env_int("HOLDLINE_RETRY_BUDGET_MIN", 20),

@@ -82,6 +82,11 @@ def test_a_visitor_runs_a_batch_sees_one_closing_and_watches_a_retry(
     time.sleep(0.5)
     assert _count(browser, ".msg.closing") == 2
     assert _count(browser, "#timeline li") > 20
+    # The Diagnosis card answers from the timeline: our retry sent it again, nothing lost.
+    retried = "#diagnosis li[data-question='our_retries_sent_again']"
+    wait.until(lambda d: _texts(d, retried, "className") == ["yes"])
+    lost = "#diagnosis li[data-question='handoff_lost_a_result']"
+    assert _texts(browser, lost, "className") == ["no"]
 
     ARTIFACTS.mkdir(exist_ok=True)
     browser.save_screenshot(str(ARTIFACTS / "demo.png"))

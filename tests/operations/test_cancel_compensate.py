@@ -116,3 +116,61 @@ async def test_confirmation_is_needed_before_a_transfer_runs(make_stack: StackFa
     assert state.failure is not None
     assert state.failure.startswith("confirmation_declined")
     assert await stack.ledger("dave-main") == []
+
+
+async def test_a_newer_intent_cancels_the_older_one_still_running(make_stack: StackFactory) -> None:
+    stack = await make_stack(provider_env={"SANDBOX_ASYNC_DELAY_MS": "2000"})
+    ctx = stack.turn()
+    first = await stack.admit(ctx, ("book_table", BOOKING))
+    old = first.outcomes[0].operation_id
+    for _ in range(100):
+        state, _ = await stack.operation(ctx.session_id, old)
+        if state is not None and state.awaiting_async:
+            break
+        await asyncio.sleep(0.05)
+    second = await stack.admit(
+        stack.turn(ctx.session_id), ("book_table", {**BOOKING, "time": "21:30"})
+    )
+    new = second.outcomes[0].operation_id
+    assert new != old
+    cancelled = await stack.wait_status(ctx.session_id, old, "cancelled")
+    assert cancelled.result is None
+    booked = await stack.wait_status(ctx.session_id, new, "committed")
+    assert booked.result is not None
+    assert booked.result["time"] == "21:30"
+    await asyncio.sleep(2.5)
+    # One real booking: the 21:00 one never happened at the restaurant.
+    assert await stack.effects("casa-pepe") == 1
+
+
+async def test_a_newer_intent_compensates_the_older_one_already_committed(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(provider_env={"SANDBOX_ASYNC_DELAY_MS": "100"})
+    ctx = stack.turn()
+    first = await stack.admit(ctx, ("book_table", BOOKING))
+    old = first.outcomes[0].operation_id
+    await stack.wait_status(ctx.session_id, old, "committed")
+    second = await stack.admit(
+        stack.turn(ctx.session_id), ("book_table", {**BOOKING, "time": "21:30"})
+    )
+    new = second.outcomes[0].operation_id
+    await stack.wait_status(ctx.session_id, new, "committed")
+    for _ in range(100):
+        original, events = await stack.operation(ctx.session_id, old)
+        if original is not None and original.compensated_by:
+            break
+        await asyncio.sleep(0.05)
+    assert original is not None
+    # History is not rewritten: the 21:00 booking stays committed, and is undone by a
+    # linked cancel_booking operation.
+    assert original.status.value == "committed"
+    assert original.compensated_by is not None
+    kinds = types(events)
+    assert kinds.index("operation.cancel_refused") < kinds.index("operation.compensated")
+    undo = await stack.wait_status(ctx.session_id, original.compensated_by, "committed")
+    assert undo.tool == "cancel_booking"
+    assert undo.compensates == old
+    assert undo.result is not None
+    assert undo.result["status"] == "cancelled"
+    assert await stack.effects("casa-pepe") == 2

@@ -7,9 +7,10 @@ import signal
 import uuid
 from datetime import UTC, datetime
 
-from libs.admission import ToolCall
+from libs.admission import Admission, LoadView, ToolCall
 from libs.bus import append
 from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation, OperationAdmitted
+from libs.tools import default_registry
 from tests.operations.conftest import StackFactory
 from tests.support.stack import types
 
@@ -187,3 +188,30 @@ async def test_redelivery_after_ack_wait_of_a_paused_worker_makes_one_effect(
     }  # type: ignore[union-attr]
     assert await stack.effects("frozen") == 1
     assert state.status.value == "committed"
+
+
+async def test_an_intent_maps_to_its_operation_across_an_admission_restart(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack()
+    ctx = stack.turn()
+    first = await stack.admit(ctx, ("provision_access", {"accesses": ["okta"]}))
+    op = first.outcomes[0].operation_id
+    await stack.wait_status(ctx.session_id, op, "committed")
+    # A new process: empty in-memory view, only the broker's create-once claims to go on.
+    assert stack.js is not None
+    fresh = Admission(
+        stack.js,
+        stack.topology,
+        default_registry(),
+        LoadView(),
+        await stack.js.key_value(stack.topology.bucket("intents")),
+    )
+    again = await fresh.admit(
+        stack.turn(ctx.session_id), [ToolCall("provision_access", {"accesses": ["OKTA"]}, "call_z")]
+    )
+    assert again.outcomes[0].operation_id == op
+    assert again.outcomes[0].existing
+    assert again.outcomes[0].status == "committed"
+    assert again.batch_id is None
+    assert await stack.effects("okta") == 1

@@ -189,3 +189,29 @@ async def test_async_completion_with_a_duplicated_callback_commits_once(
     assert attempted[0].outcome == "accepted_async"  # type: ignore[union-attr]
     assert state.provider_ref
     assert await stack.effects("casa-pepe") == 1
+
+
+async def test_a_long_async_operation_reports_progress_once_then_commits(
+    make_stack: StackFactory,
+) -> None:
+    stack = await make_stack(
+        worker_env={"HOLDLINE_PROGRESS_AFTER_S": "0.3"},
+        provider_env={"SANDBOX_ASYNC_DELAY_MS": "1500"},
+    )
+    ctx = stack.turn()
+    turn = await stack.admit(
+        ctx, ("book_table", {"restaurant": "el-bulli", "date": "2026-12-31", "time": "22:00"})
+    )
+    op = turn.outcomes[0].operation_id
+    await stack.wait_status(ctx.session_id, op, "committed")
+    _, events = await stack.operation(ctx.session_id, op)
+    kinds = types(events)
+    assert kinds.count("operation.progress") == 1
+    assert (
+        kinds.index("operation.attempted")
+        < kinds.index("operation.progress")
+        < kinds.index("operation.committed")
+    )
+    progress = events[kinds.index("operation.progress")].event
+    assert progress.is_final is False  # type: ignore[union-attr]
+    assert await stack.effects("el-bulli") == 1

@@ -1,0 +1,162 @@
+"""Playback truth: what the caller actually heard, from Twilio marks and clears.
+
+Every utterance goes out as media followed by a mark named after its playback id (the
+delivery id for a closing, the response id for a reply). Twilio echoes a mark when the
+audio before it has played, and also echoes every pending mark when the app sends
+`clear`. So a returned mark proves nothing by itself: an utterance is heard only when its
+mark comes back and no clear was sent while it was pending. A clear settles every pending
+utterance at once as unheard, with the milliseconds that had played by then; marks that
+Twilio echoes afterwards are swallowed.
+
+Played time is estimated from a playout model: the phone plays utterances back to back,
+each starting when it was sent or when the previous one ended, whichever is later; a
+returned mark re-anchors the model on the real clock. Pure: the caller passes `now_ms`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Utterance:
+    """One piece of agent audio on its way to the caller."""
+
+    playback_id: str
+    text: str
+    started_ms: int
+    duration_ms: int = 0
+    # All audio and the mark were sent; until then the mark cannot come back.
+    complete: bool = False
+    delivery_id: str | None = None
+    response_id: str | None = None
+    turn_id: str | None = None
+
+    def played_ms(self, now_ms: int) -> int:
+        """How much of it had played at `now_ms` by the playout model."""
+        return max(0, min(self.duration_ms, now_ms - self.started_ms))
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """An utterance's outcome: heard (its mark came back cleanly) or not."""
+
+    utterance: Utterance
+    heard: bool
+    played_ms: int
+    reason: str
+
+    @property
+    def unheard_ms(self) -> int:
+        """Audio generated but never played."""
+        return max(0, self.utterance.duration_ms - self.played_ms)
+
+    @property
+    def heard_text(self) -> str:
+        """The words the caller could have heard."""
+        if self.heard:
+            return self.utterance.text
+        return heard_prefix(self.utterance.text, self.played_ms, self.utterance.duration_ms)
+
+
+def heard_prefix(text: str, played_ms: int, duration_ms: int) -> str:
+    """The words spoken within `played_ms`, assuming an even speech rate over the text.
+
+    A word counts only once all of it fits in the played share.
+    """
+    if duration_ms <= 0 or played_ms <= 0:
+        return ""
+    if played_ms >= duration_ms:
+        return text
+    budget = len(text) * played_ms / duration_ms
+    words: list[str] = []
+    position = 0
+    for word in text.split():
+        position = text.index(word, position) + len(word)
+        if position > budget:
+            break
+        words.append(word)
+    return " ".join(words)
+
+
+@dataclass
+class PlaybackLedger:
+    """The utterances pending on one call, in the order they were sent."""
+
+    pending: dict[str, Utterance] = field(default_factory=dict)
+    _swallow: set[str] = field(default_factory=set)
+    _playout_end_ms: int = 0
+
+    @property
+    def active(self) -> bool:
+        """Something was sent and not yet settled."""
+        return bool(self.pending)
+
+    def begin(
+        self,
+        playback_id: str,
+        text: str,
+        now_ms: int,
+        *,
+        delivery_id: str | None = None,
+        response_id: str | None = None,
+        turn_id: str | None = None,
+    ) -> Utterance:
+        """A new utterance starts being sent; it plays after whatever is queued before it."""
+        start = max(now_ms, self._playout_end_ms)
+        utterance = Utterance(
+            playback_id, text, start,
+            delivery_id=delivery_id, response_id=response_id, turn_id=turn_id,
+        )
+        self.pending[playback_id] = utterance
+        self._playout_end_ms = start
+        return utterance
+
+    def add_audio(self, playback_id: str, ms: int) -> None:
+        """More of the utterance's audio was sent."""
+        utterance = self.pending.get(playback_id)
+        if utterance is None:
+            return
+        utterance.duration_ms += ms
+        end = utterance.started_ms + utterance.duration_ms
+        self._playout_end_ms = max(self._playout_end_ms, end)
+
+    def sent(self, playback_id: str) -> None:
+        """Its mark followed the audio."""
+        utterance = self.pending.get(playback_id)
+        if utterance is not None:
+            utterance.complete = True
+
+    def on_mark(self, name: str, now_ms: int) -> Settled | None:
+        """A mark came back: heard, unless a clear was sent while it was pending."""
+        if name in self._swallow:
+            self._swallow.discard(name)
+            return None
+        utterance = self.pending.pop(name, None)
+        if utterance is None:
+            return None
+        # The real clock says this one ended now: later utterances started then at the earliest.
+        shift = now_ms - (utterance.started_ms + utterance.duration_ms)
+        if shift > 0:
+            for later in self.pending.values():
+                later.started_ms += shift
+            self._playout_end_ms += shift
+        return Settled(utterance, heard=True, played_ms=utterance.duration_ms, reason="mark")
+
+    def clear(self, now_ms: int, reason: str) -> list[Settled]:
+        """A clear was sent (or the call ended): every pending utterance is unheard."""
+        settled = [
+            Settled(u, heard=False, played_ms=u.played_ms(now_ms), reason=reason)
+            for u in self.pending.values()
+        ]
+        self._swallow.update(u.playback_id for u in self.pending.values() if u.complete)
+        self.pending.clear()
+        self._playout_end_ms = now_ms
+        return settled
+
+    def drop(self, playback_id: str, now_ms: int, reason: str) -> Settled | None:
+        """An utterance abandoned before its mark was sent (its TTS was cancelled)."""
+        utterance = self.pending.pop(playback_id, None)
+        if utterance is None:
+            return None
+        return Settled(utterance, heard=False, played_ms=utterance.played_ms(now_ms), reason=reason)

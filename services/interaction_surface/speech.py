@@ -1,0 +1,155 @@
+"""Speech engines behind two small interfaces; offline engines by default.
+
+- `TextToSpeech.stream(text)` yields μ-law 8 kHz chunks as they are synthesized, so the
+  first audio reaches the call before the whole sentence is rendered.
+- `SpeechToText.session()` returns a `Recognizer` fed PCM16 8 kHz frames as they arrive;
+  `finish()` gives the utterance's final text.
+
+Engines are chosen by name (`HOLDLINE_TTS`, `HOLDLINE_STT`) from a registry, so a cloud
+engine plugs in with `register_tts` / `register_stt` from a user's module.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import struct
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+from libs.config import env_int, env_str
+
+from .codec import RATE, Resampler, pcm16_to_ulaw
+
+# espeak-ng writes a RIFF header with placeholder sizes when streaming to stdout.
+_WAV_HEADER = 44
+_CHUNK_BYTES = 4096
+
+
+class SpeechError(Exception):
+    """An engine could not produce or recognise speech."""
+
+
+class TextToSpeech(Protocol):
+    """Text → μ-law 8 kHz audio, streamed."""
+
+    def stream(self, text: str) -> AsyncIterator[bytes]:
+        """Chunks of μ-law audio in order; cancelling the iteration stops synthesis."""
+        ...
+
+
+class Recognizer(Protocol):
+    """One utterance being recognised as it arrives."""
+
+    def feed(self, pcm16_8k: bytes) -> None:
+        """More audio of the utterance (PCM16, 8 kHz, mono)."""
+
+    def finish(self) -> str:
+        """The final transcript ('' when nothing was recognised)."""
+        ...
+
+
+class SpeechToText(Protocol):
+    """Audio → text, one recognizer per utterance."""
+
+    def session(self) -> Recognizer:
+        """A recognizer for a new utterance."""
+        ...
+
+
+class EspeakTts:
+    """espeak-ng (Debian package `espeak-ng`), resampled from its 22.05 kHz to 8 kHz μ-law.
+
+    `HOLDLINE_TTS_VOICE` (`en-us`) and `HOLDLINE_TTS_WPM` (175).
+    """
+
+    def __init__(self, voice: str = "en-us", wpm: int = 175, binary: str = "espeak-ng") -> None:
+        found = shutil.which(binary)
+        if found is None:
+            raise SpeechError(f"{binary} is not installed (scripts/ensure-system-deps.sh)")
+        self._binary = found
+        self._voice = voice
+        self._wpm = wpm
+
+    async def stream(self, text: str) -> AsyncIterator[bytes]:
+        """Synthesize `text`, yielding μ-law chunks as espeak-ng writes them."""
+        proc = await asyncio.create_subprocess_exec(
+            self._binary, "--stdout", "-v", self._voice, "-s", str(self._wpm), "--", text,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
+        assert proc.stdout is not None
+        try:
+            header = await proc.stdout.readexactly(_WAV_HEADER)
+            rate = _wav_rate(header)
+            resampler = Resampler(rate, RATE)
+            while chunk := await proc.stdout.read(_CHUNK_BYTES):
+                converted = resampler.convert(chunk)
+                if converted:
+                    yield pcm16_to_ulaw(converted)
+            await proc.wait()
+        except asyncio.IncompleteReadError as exc:
+            raise SpeechError(f"espeak-ng produced no audio for {text!r}") from exc
+        finally:
+            if proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
+                await proc.wait()
+
+
+def _wav_rate(header: bytes) -> int:
+    if header[:4] != b"RIFF" or header[8:12] != b"WAVE":
+        raise SpeechError("espeak-ng did not write WAV")
+    channels, rate = struct.unpack_from("<HI", header, 22)
+    bits = struct.unpack_from("<H", header, 34)[0]
+    if channels != 1 or bits != 16:
+        raise SpeechError(f"unexpected espeak-ng format: {channels} ch, {bits} bit")
+    return int(rate)
+
+
+async def synthesize(tts: TextToSpeech, text: str) -> bytes:
+    """The whole utterance at once (tests, benchmarks)."""
+    return b"".join([chunk async for chunk in tts.stream(text)])
+
+
+TtsFactory = Callable[[], TextToSpeech]
+SttFactory = Callable[[], SpeechToText]
+_TTS: dict[str, TtsFactory] = {}
+_STT: dict[str, SttFactory] = {}
+
+
+def register_tts(name: str, factory: TtsFactory) -> None:
+    """Make a TTS engine selectable with `HOLDLINE_TTS=name`."""
+    _TTS[name] = factory
+
+
+def register_stt(name: str, factory: SttFactory) -> None:
+    """Make an STT engine selectable with `HOLDLINE_STT=name`."""
+    _STT[name] = factory
+
+
+def tts_from_env() -> TextToSpeech:
+    """The TTS engine named by `HOLDLINE_TTS` (`espeak`)."""
+    name = env_str("HOLDLINE_TTS", "espeak")
+    if name not in _TTS:
+        raise SpeechError(f"HOLDLINE_TTS={name!r}: no such engine (have {sorted(_TTS)})")
+    return _TTS[name]()
+
+
+def stt_from_env() -> SpeechToText | None:
+    """The STT engine named by `HOLDLINE_STT` (`pocketsphinx`; `none`: no transcription)."""
+    name = env_str("HOLDLINE_STT", "pocketsphinx")
+    if name == "none":
+        return None
+    if name not in _STT:
+        raise SpeechError(f"HOLDLINE_STT={name!r}: no such engine (have {sorted(_STT)})")
+    return _STT[name]()
+
+
+register_tts(
+    "espeak",
+    lambda: EspeakTts(
+        voice=env_str("HOLDLINE_TTS_VOICE", "en-us"), wpm=env_int("HOLDLINE_TTS_WPM", 175)
+    ),
+)

@@ -1,0 +1,710 @@
+"""Twilio Media Streams: `POST /v1/telephony/twilio/voice` (TwiML) and `WS /v1/telephony/twilio`.
+
+The edge is tolerant: unknown fields are ignored, `sequenceNumber` is optional, numbers
+may arrive as strings, and a bad frame (garbage JSON, invalid base64, media before
+`start`) is counted with its reason and dropped, never fatal. `start.customParameters`
+`{session_id, token}` continues a session; `{user_id, tenant_id}` opens one. While the
+call is attached, the session's deliveries are spoken on it (`Call.say`).
+
+Barge-in: the VAD's `started` while agent audio is pending sends `clear` first (nothing is
+awaited on the bus before it), settles every pending utterance as unheard with its played
+milliseconds, cancels TTS and any reply still being generated, then records
+`control.barge_in`, `playback.finished` and, for a cut reply, `reply.truncated` (history
+keeps only heard words). Operations are untouched: cancelling business is a turn's job.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import hashlib
+import hmac
+import logging
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import parse_qsl
+from xml.sax.saxutils import quoteattr
+
+import msgspec
+from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
+from fastapi.responses import Response
+
+from libs import metrics
+from libs.bus import append
+from libs.config import env_str
+from libs.domain import SessionState
+from libs.events import (
+    CONTROL,
+    BargeIn,
+    ChannelConnected,
+    ChannelDisconnected,
+    ControlEvent,
+    Envelope,
+    InteractionEvent,
+    PlaybackFinished,
+    PlaybackStarted,
+    ReplyTruncated,
+    ResponseCancel,
+    SessionOpened,
+    SpeechStarted,
+    SpeechStopped,
+)
+
+from .auth import hash_token, new_id, new_token
+from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_ms, ulaw_to_pcm16
+from .playback import PlaybackLedger, Settled
+from .speech import Recognizer, SpeechToText, TextToSpeech
+from .vad import VadConfig, VadEvent, VoiceActivity
+
+log = logging.getLogger(__name__)
+
+FRAMES_REJECTED = metrics.TELEPHONY_FRAMES_REJECTED
+CALLS = metrics.TELEPHONY_CALLS
+
+_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# Outbound media message size: 100 ms of μ-law, small enough that a clear cuts promptly.
+_MEDIA_BYTES = 800
+_WALL_FRAMES = 256
+_PREROLL_FRAMES = 15
+
+
+def twilio_signature(auth_token: str, url: str, params: dict[str, str]) -> str:
+    """Twilio's X-Twilio-Signature: base64 HMAC-SHA1 of the URL + sorted POST params."""
+    payload = url + "".join(k + params[k] for k in sorted(params))
+    digest = hmac.new(auth_token.encode(), payload.encode(), hashlib.sha1).digest()
+    return base64.b64encode(digest).decode()
+
+
+def signature_ok(auth_token: str, url: str, params: dict[str, str], presented: str | None) -> bool:
+    """Whether the presented signature is Twilio's for this request."""
+    if not presented:
+        return False
+    return hmac.compare_digest(twilio_signature(auth_token, url, params), presented)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _text(value: Any) -> str | None:
+    """A string field that may arrive as a number."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return None
+
+
+class FrameError(Exception):
+    """A frame that cannot be used; `reason` is the stable code recorded for it."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def parse_frame(raw: str) -> tuple[str, dict[str, Any]]:
+    """The event name and the whole message, or FrameError."""
+    try:
+        message = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        raise FrameError("malformed_json") from None
+    if not isinstance(message, dict):
+        raise FrameError("not_an_object")
+    event = _text(message.get("event"))
+    if not event:
+        raise FrameError("missing_event")
+    return event, message
+
+
+def media_payload(message: dict[str, Any]) -> bytes:
+    """The μ-law bytes of a `media` message, or FrameError."""
+    media = message.get("media")
+    payload = media.get("payload") if isinstance(media, dict) else None
+    if not isinstance(payload, str):
+        raise FrameError("missing_payload")
+    try:
+        return base64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError):
+        raise FrameError("invalid_base64") from None
+
+
+@dataclass
+class SpeechPorts:
+    """What a call needs from the rest of the surface (wired in `api`/`app`)."""
+
+    tts: TextToSpeech
+    stt: SpeechToText | None
+    vad: VadConfig
+    # Appends an interaction event for the session (ids as keyword arguments).
+    record: Callable[..., Awaitable[Any]]
+    append_control: Callable[..., Awaitable[Any]]
+    # Runs a user turn from a transcript; returns (turn_id, response_id, text, attached).
+    turn: Callable[[SessionState, str], Awaitable[tuple[str, str, str, tuple[str, ...]]]] | None
+    # Called with every settled reply that carried attached deliveries.
+    settle_attached: Callable[[str, tuple[str, ...], Settled], Awaitable[None]] | None = None
+
+
+@dataclass
+class _Pending:
+    settled: asyncio.Future[Settled]
+    task: asyncio.Task[None] | None = None
+
+
+class Call:
+    """One phone call attached to one session."""
+
+    def __init__(
+        self,
+        websocket: WebSocket,
+        session: SessionState,
+        stream_sid: str,
+        call_sid: str,
+        ports: SpeechPorts,
+    ) -> None:
+        self.ws = websocket
+        self.session = session
+        self.session_id = session.session_id
+        self.stream_sid = stream_sid
+        self.connection_id = f"call_{call_sid}"
+        self.ports = ports
+        self.ledger = PlaybackLedger()
+        self.vad = VoiceActivity(ports.vad)
+        self.splitter = FrameSplitter(PCM_FRAME_BYTES)
+        self.rejected: dict[str, int] = {}
+        self.clears = 0
+        self._t0 = time.monotonic()
+        self._stream_ms = 0
+        self._frame_wall: deque[tuple[int, float]] = deque(maxlen=_WALL_FRAMES)
+        self._pending: dict[str, _Pending] = {}
+        self._speak_lock = asyncio.Lock()
+        self._send_lock = asyncio.Lock()
+        self._records: asyncio.Queue[Callable[[], Awaitable[Any]] | None] = asyncio.Queue()
+        self._recorder = asyncio.create_task(self._record_loop())
+        self._recognizer: Recognizer | None = None
+        # Audio just before VAD confirmed speech: the recognizer must hear the first syllable.
+        self._preroll: deque[bytes] = deque(maxlen=_PREROLL_FRAMES)
+        self._turn_task: asyncio.Task[None] | None = None
+        self._cancelled_turns: set[asyncio.Task[None]] = set()
+        self.closed = False
+        self._generation = 0
+        self.last_barge_in_s: float | None = None
+
+    # ------------------------------------------------------------------ clocks
+
+    def now_ms(self) -> int:
+        """Wall milliseconds since the call started: the phone plays in real time."""
+        return int((time.monotonic() - self._t0) * 1000)
+
+    # ------------------------------------------------------------------ recording
+
+    def record(self, make: Callable[[], Awaitable[Any]]) -> None:
+        """Queue a write to the bus; writes keep their order and never block the audio."""
+        self._records.put_nowait(make)
+
+    async def _record_loop(self) -> None:
+        while (make := await self._records.get()) is not None:
+            try:
+                await make()
+            except Exception:
+                log.exception("call %s: could not record an event", self.connection_id)
+
+    def interaction(self, event: InteractionEvent, **ids: Any) -> None:
+        """Record an interaction event of this call's session."""
+        self.record(lambda: self.ports.record(self.session_id, event, **ids))
+
+    def control(self, event: ControlEvent, **ids: Any) -> None:
+        """Record a control event of this call's session."""
+        self.record(lambda: self.ports.append_control(self.session_id, event, **ids))
+
+    async def drain(self) -> None:
+        """Finish every queued write."""
+        self._records.put_nowait(None)
+        await self._recorder
+
+    # ------------------------------------------------------------------ inbound
+
+    def reject(self, reason: str) -> None:
+        """Count a dropped frame."""
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        FRAMES_REJECTED.labels(reason=reason).inc()
+        log.warning("call %s: frame dropped (%s)", self.connection_id, reason)
+
+    async def on_media(self, ulaw: bytes) -> None:
+        """Inbound audio: VAD per 20 ms frame, then barge-in or turn-taking."""
+        for frame in self.splitter.push(ulaw_to_pcm16(ulaw)):
+            self._stream_ms += 20
+            self._frame_wall.append((self._stream_ms, time.perf_counter()))
+            self._preroll.append(frame)
+            if self._recognizer is not None:
+                self._recognizer.feed(frame)
+            event = self.vad.feed(frame, self._stream_ms)
+            if event is not None:
+                await self._on_vad(event)
+
+    def _wall_of(self, stream_ms: int) -> float:
+        for at, wall in self._frame_wall:
+            if at >= stream_ms:
+                return wall
+        return time.perf_counter()
+
+    async def _on_vad(self, event: VadEvent) -> None:
+        if event.kind == "started":
+            if self.ledger.active or self._turn_task is not None:
+                await self.barge_in(self._wall_of(event.first_voiced_ms + 20))
+            if self.ports.stt is not None:
+                self._recognizer = self.ports.stt.session()
+                for earlier in self._preroll:
+                    self._recognizer.feed(earlier)
+            self.interaction(SpeechStarted(stream_ms=event.first_voiced_ms))
+            return
+        self.interaction(SpeechStopped(stream_ms=event.at_ms))
+        recognizer, self._recognizer = self._recognizer, None
+        if recognizer is not None and self.ports.turn is not None:
+            text = recognizer.finish().strip()
+            if text:
+                self._turn_task = asyncio.create_task(self._turn(text))
+
+    async def barge_in(self, first_voiced_wall: float) -> None:
+        """The user spoke over the agent: stop the voice now, then record what was heard."""
+        settled: list[Settled] = []
+        self._generation += 1
+        if self.ledger.active:
+            await self._send({"event": "clear", "streamSid": self.stream_sid})
+            self.clears += 1
+            self.last_barge_in_s = time.perf_counter() - first_voiced_wall
+            metrics.BARGE_IN.observe(self.last_barge_in_s)
+            settled = self.ledger.clear(self.now_ms(), "barge_in")
+        turn = self._turn_task
+        if turn is not None and not turn.done():
+            # The reply is not said; the turn's admission (business) still completes.
+            self._cancelled_turns.add(turn)
+        for item in settled:
+            self._settle(item)
+        played = sum(s.played_ms for s in settled)
+        unheard = sum(s.unheard_ms for s in settled)
+        first = settled[0].utterance if settled else None
+        self.control(
+            BargeIn(played_ms=played, unheard_ms=unheard),
+            playback_id=first.playback_id if first else None,
+            response_id=first.response_id if first else None,
+            delivery_id=first.delivery_id if first else None,
+        )
+
+    def on_mark(self, name: str) -> None:
+        """A mark came back from the phone."""
+        settled = self.ledger.on_mark(name, self.now_ms())
+        if settled is not None:
+            self._settle(settled)
+
+    def _settle(self, item: Settled) -> None:
+        u = item.utterance
+        pending = self._pending.pop(u.playback_id, None)
+        if pending is not None:
+            if pending.task is not None and not pending.task.done():
+                pending.task.cancel()
+            if not pending.settled.done():
+                pending.settled.set_result(item)
+        if not item.heard:
+            metrics.CANCELLED_UNHEARD_AUDIO.observe(item.unheard_ms / 1000)
+        self.interaction(
+            PlaybackFinished(
+                heard=item.heard, played_ms=item.played_ms, unheard_ms=item.unheard_ms
+            ),
+            playback_id=u.playback_id,
+            delivery_id=u.delivery_id,
+            response_id=u.response_id,
+            turn_id=u.turn_id,
+        )
+
+    # ------------------------------------------------------------------ outbound
+
+    async def _send(self, message: dict[str, Any]) -> None:
+        if self.closed:
+            return
+        async with self._send_lock:
+            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+                await self.ws.send_text(msgspec.json.encode(message).decode())
+
+    async def say(
+        self, text: str, playback_id: str, *, interrupt: bool = False, **ids: str | None
+    ) -> Settled:
+        """Speak `text`; the answer says whether it was heard, and how much of it played."""
+        if interrupt and self.ledger.active:
+            await self._send({"event": "clear", "streamSid": self.stream_sid})
+            self.clears += 1
+            for item in self.ledger.clear(self.now_ms(), "urgent_interrupt"):
+                self._settle(item)
+        loop = asyncio.get_running_loop()
+        pending = _Pending(loop.create_future())
+        self._pending[playback_id] = pending
+        generation = self._generation
+        async with self._speak_lock:
+            if self.closed:
+                return self._abandon(playback_id, text, "call_ended", **ids)
+            if generation != self._generation:
+                # Queued behind audio that a barge-in cut: the caller moved on.
+                return self._abandon(playback_id, text, "barge_in", **ids)
+            self.ledger.begin(playback_id, text, self.now_ms(), **ids)
+            pending.task = asyncio.create_task(self._stream(playback_id, text, ids))
+            await asyncio.wait({pending.task})
+            if not pending.task.cancelled() and pending.task.exception() is not None:
+                log.error("call %s: TTS failed: %r", self.connection_id, pending.task.exception())
+                dropped = self.ledger.drop(playback_id, self.now_ms(), "tts_failed")
+                if dropped is not None:
+                    self._settle(dropped)
+        return await pending.settled
+
+    def _abandon(self, playback_id: str, text: str, reason: str, **ids: str | None) -> Settled:
+        self._pending.pop(playback_id, None)
+        self.ledger.begin(playback_id, text, self.now_ms(), **ids)
+        dropped = self.ledger.drop(playback_id, self.now_ms(), reason)
+        assert dropped is not None
+        return dropped
+
+    async def _stream(self, playback_id: str, text: str, ids: dict[str, str | None]) -> None:
+        sent = 0
+        async for chunk in self.ports.tts.stream(text):
+            for start in range(0, len(chunk), _MEDIA_BYTES):
+                piece = chunk[start : start + _MEDIA_BYTES]
+                await self._send(
+                    {
+                        "event": "media",
+                        "streamSid": self.stream_sid,
+                        "media": {"payload": base64.b64encode(piece).decode()},
+                    }
+                )
+                self.ledger.add_audio(playback_id, ulaw_ms(piece))
+                sent += len(piece)
+        await self._send(
+            {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": playback_id}}
+        )
+        self.ledger.sent(playback_id)
+        self.interaction(
+            PlaybackStarted(text=text, duration_ms=ulaw_ms(sent)), playback_id=playback_id, **ids
+        )
+
+    # ------------------------------------------------------------------ turns
+
+    async def _turn(self, text: str) -> None:
+        assert self.ports.turn is not None
+        task = asyncio.current_task()
+        turn_id, response_id, reply, attached = await self.ports.turn(self.session, text)
+        if task in self._cancelled_turns:
+            self._cancelled_turns.discard(task)
+            # Generated, never played: history keeps none of it.
+            self.control(
+                ResponseCancel(reason="barge_in"), turn_id=turn_id, response_id=response_id
+            )
+            self.interaction(
+                ReplyTruncated(text="", played_ms=0, unheard_ms=0),
+                turn_id=turn_id,
+                response_id=response_id,
+            )
+            if self.ports.settle_attached is not None and attached:
+                await self.ports.settle_attached(
+                    self.session_id,
+                    attached,
+                    self._abandon(
+                        response_id, reply, "barge_in", turn_id=turn_id, response_id=response_id
+                    ),
+                )
+            return
+        if self._turn_task is task:
+            self._turn_task = None
+        settled = await self.say(reply, response_id, turn_id=turn_id, response_id=response_id)
+        if not settled.heard:
+            self.interaction(
+                ReplyTruncated(
+                    text=settled.heard_text,
+                    played_ms=settled.played_ms,
+                    unheard_ms=settled.unheard_ms,
+                ),
+                turn_id=turn_id,
+                response_id=response_id,
+            )
+        if self.ports.settle_attached is not None and attached:
+            await self.ports.settle_attached(self.session_id, attached, settled)
+
+    # ------------------------------------------------------------------ end
+
+    async def hang_up(self, reason: str) -> None:
+        """The call ended: pending audio was not heard; pending deliveries stay pending.
+
+        `channel.disconnected` is stored before any delivery is settled unheard, so the
+        policy never re-decides a delivery while it still believes the call is there.
+        """
+        self.closed = True
+        recorded = asyncio.Event()
+
+        async def disconnected() -> None:
+            try:
+                await self.ports.record(
+                    self.session_id,
+                    ChannelDisconnected(
+                        channel="voice", connection_id=self.connection_id, reason=reason
+                    ),
+                )
+            finally:
+                recorded.set()
+
+        self.record(disconnected)
+        await recorded.wait()
+        for item in self.ledger.clear(self.now_ms(), reason):
+            self._settle(item)
+        for pending in list(self._pending.values()):
+            if pending.task is not None and not pending.task.done():
+                pending.task.cancel()
+        if self._turn_task is not None and not self._turn_task.done():
+            self._cancelled_turns.add(self._turn_task)
+        CALLS.labels(outcome=reason).inc()
+        await self.drain()
+
+
+@dataclass
+class CallRegistry:
+    """The calls attached to this process, by session (the latest call wins)."""
+
+    calls: dict[str, Call] = field(default_factory=dict)
+
+    def get(self, session_id: str) -> Call | None:
+        """The live call of a session, if this process holds one."""
+        call = self.calls.get(session_id)
+        return call if call is not None and not call.closed else None
+
+    def attach(self, call: Call) -> None:
+        """A call starts carrying its session's voice."""
+        self.calls[call.session_id] = call
+
+    def detach(self, call: Call) -> None:
+        """The call ended."""
+        if self.calls.get(call.session_id) is call:
+            del self.calls[call.session_id]
+
+
+# ---------------------------------------------------------------------- routes
+
+
+SessionLookup = Callable[[str, str | None], Awaitable[SessionState]]
+
+
+@dataclass
+class Telephony:
+    """The routes' dependencies."""
+
+    registry: CallRegistry
+    ports: SpeechPorts | None
+    find_session: SessionLookup
+    open_session: Callable[[str, str], Awaitable[SessionState]]
+    default_tenant: str = "default"
+    auth_token: str = ""
+    public_url: str = ""
+
+
+def _authentic(telephony: Telephony, url: str, params: dict[str, str], sig: str | None) -> bool:
+    # Without a configured token there is nothing to check against (local runs, tests).
+    return not telephony.auth_token or signature_ok(telephony.auth_token, url, params, sig)
+
+
+def _signed_url(telephony: Telephony, url: str, path_and_query: str, *, ws: bool) -> str:
+    if not telephony.public_url:
+        return url
+    base = telephony.public_url.rstrip("/")
+    if ws:
+        base = base.replace("https://", "wss://").replace("http://", "ws://")
+    return base + path_and_query
+
+
+def _caller_id(raw: str | None) -> str | None:
+    if not raw:
+        return None
+    digits = re.sub(r"[^A-Za-z0-9_.-]", "", raw)
+    return f"tel-{digits}"[:64] if digits else None
+
+
+def build_telephony_router(telephony: Telephony) -> APIRouter:
+    """`POST /v1/telephony/twilio/voice` and `WS /v1/telephony/twilio`."""
+    router = APIRouter()
+
+    @router.post("/v1/telephony/twilio/voice")
+    async def voice(request: Request) -> Response:
+        raw = (await request.body())[:65536]
+        params = dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
+        path_query = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        url = _signed_url(telephony, str(request.url), path_query, ws=False)
+        if not _authentic(telephony, url, params, request.headers.get("x-twilio-signature")):
+            return Response("forbidden: bad Twilio signature", status_code=403)
+        query = request.query_params
+        custom: dict[str, str] = {}
+        if query.get("session_id") and query.get("token"):
+            custom = {"session_id": query["session_id"], "token": query["token"]}
+        else:
+            user = query.get("user_id") or _caller_id(params.get("From")) or "caller"
+            custom = {
+                "user_id": user,
+                "tenant_id": query.get("tenant_id") or telephony.default_tenant,
+            }
+        if telephony.public_url:
+            stream_url = _signed_url(telephony, "", "/v1/telephony/twilio", ws=True)
+        else:
+            base = str(request.base_url).rstrip("/")
+            stream_url = base.replace("https://", "wss://").replace("http://", "ws://")
+            stream_url += "/v1/telephony/twilio"
+        parameters = "".join(
+            f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in custom.items()
+        )
+        twiml = (
+            '<?xml version="1.0" encoding="UTF-8"?><Response><Connect>'
+            f"<Stream url={quoteattr(stream_url)}>{parameters}</Stream>"
+            "</Connect></Response>"
+        )
+        return Response(twiml, media_type="application/xml")
+
+    @router.websocket("/v1/telephony/twilio")
+    async def stream(websocket: WebSocket) -> None:
+        path_query = websocket.url.path + (f"?{websocket.url.query}" if websocket.url.query else "")
+        url = _signed_url(telephony, str(websocket.url), path_query, ws=True)
+        if not _authentic(telephony, url, {}, websocket.headers.get("x-twilio-signature")):
+            await websocket.close(code=4403)
+            return
+        await websocket.accept()
+        await _run_stream(telephony, websocket)
+
+    return router
+
+
+@dataclass
+class _Stream:
+    """One WebSocket's progress: the call once `start` arrived, and how it ended."""
+
+    telephony: Telephony
+    websocket: WebSocket
+    call: Call | None = None
+    early: dict[str, int] = field(default_factory=dict)
+
+    def reject(self, reason: str) -> None:
+        if self.call is not None:
+            self.call.reject(reason)
+            return
+        self.early[reason] = self.early.get(reason, 0) + 1
+        FRAMES_REJECTED.labels(reason=reason).inc()
+        log.warning("telephony: frame dropped before start (%s)", reason)
+
+    async def handle(self, raw: str) -> str | None:
+        """One text frame; returns why the stream ends, or None to keep reading."""
+        event, frame = parse_frame(raw)
+        call = self.call
+        if event == "start" and call is None:
+            self.call = await _start(self.telephony, self.websocket, frame)
+            return "refused" if self.call is None else None
+        if event == "stop":
+            return "stop"
+        if event == "media":
+            if call is None:
+                raise FrameError("media_before_start")
+            await call.on_media(media_payload(frame))
+        elif event == "mark":
+            mark = frame.get("mark")
+            name = _text(mark.get("name")) if isinstance(mark, dict) else None
+            if not name:
+                raise FrameError("missing_mark_name")
+            if call is not None:
+                call.on_mark(name)
+        elif event not in ("connected", "dtmf", "start"):
+            raise FrameError("unknown_event")
+        return None
+
+
+async def _run_stream(telephony: Telephony, websocket: WebSocket) -> None:
+    state = _Stream(telephony, websocket)
+    reason = "disconnected"
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            raw = message.get("text")
+            if raw is None:
+                state.reject("binary_frame")
+                continue
+            try:
+                ended = await state.handle(raw)
+            except FrameError as exc:
+                state.reject(exc.reason)
+                continue
+            if ended is not None:
+                reason = ended
+                break
+        if reason == "refused":
+            await websocket.close(code=4404)
+    except WebSocketDisconnect:
+        reason = "disconnected"
+    finally:
+        call = state.call
+        if call is not None:
+            for key, count in state.early.items():
+                call.rejected[key] = call.rejected.get(key, 0) + count
+            telephony.registry.detach(call)
+            await call.hang_up(reason)
+
+
+async def _start(telephony: Telephony, websocket: WebSocket, frame: dict[str, Any]) -> Call | None:
+    start = frame.get("start")
+    if not isinstance(start, dict) or telephony.ports is None:
+        raise FrameError("bad_start")
+    custom = start.get("customParameters")
+    params = {k: _text(v) or "" for k, v in custom.items()} if isinstance(custom, dict) else {}
+    stream_sid = _text(start.get("streamSid")) or _text(frame.get("streamSid")) or new_id("MZ")
+    call_sid = _text(start.get("callSid")) or new_id("CA")
+    call_sid = re.sub(r"[^A-Za-z0-9_-]", "", call_sid)[:64] or new_id("CA")
+    session: SessionState | None = None
+    if params.get("session_id"):
+        try:
+            session = await telephony.find_session(params["session_id"], params.get("token"))
+        except Exception:  # noqa: BLE001 - any lookup failure refuses the call the same way
+            session = None
+        if session is None or session.closed:
+            FRAMES_REJECTED.labels(reason="unknown_session").inc()
+            return None
+    else:
+        user = params.get("user_id", "")
+        tenant = params.get("tenant_id") or telephony.default_tenant
+        if not _ID.match(user) or not _ID.match(tenant):
+            FRAMES_REJECTED.labels(reason="bad_caller").inc()
+            return None
+        session = await telephony.open_session(user, tenant)
+    call = Call(websocket, session, stream_sid, call_sid, telephony.ports)
+    telephony.registry.attach(call)
+    call.interaction(ChannelConnected(channel="voice", connection_id=call.connection_id))
+    CALLS.labels(outcome="started").inc()
+    return call
+
+
+def opened_session_event(user_id: str, tenant_id: str, agent: str) -> SessionOpened:
+    """A phone-opened session: its token is never shown, only a later chat could not use it."""
+    return SessionOpened(
+        user_id=user_id, tenant_id=tenant_id, agent=agent, token_hash=hash_token(new_token())
+    )
+
+
+async def append_control(
+    js: Any, topology: Any, session_id: str, event: ControlEvent, **ids: Any
+) -> None:
+    """Append a control event to the session's control subject."""
+    env: Envelope[ControlEvent] = Envelope(
+        event_id=new_id("ev"), occurred_at=_now(), session_id=session_id, event=event, **ids
+    )
+    await append(js, CONTROL, topology.control_subject(session_id), env)
+    metrics.EVENTS_PUBLISHED.labels(stream="control").inc()
+
+
+def telephony_settings() -> tuple[str, str]:
+    """`TWILIO_AUTH_TOKEN` (signature check when set), `HOLDLINE_PUBLIC_URL` (signed URLs)."""
+    return env_str("TWILIO_AUTH_TOKEN", ""), env_str("HOLDLINE_PUBLIC_URL", "")

@@ -1,0 +1,219 @@
+"""A Twilio Media Streams client: a phone on a real WebSocket, with real audio.
+
+It sends what Twilio sends (`connected`, `start` with `customParameters`, `media` μ-law
+in 20 ms frames with numeric fields as strings, `mark`, `dtmf`, `stop`), signs the
+upgrade like Twilio when given the auth token, and plays the agent's media back on a
+clock: a mark returns once the audio queued before it has had time to play, or at once
+when a `clear` flushes it — exactly as Twilio does, so a returned mark proves nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from services.interaction_surface.codec import ULAW_FRAME_BYTES, silence_ulaw, ulaw_ms
+from services.interaction_surface.speech import EspeakTts, synthesize
+from services.interaction_surface.telephony import twilio_signature
+
+AUTH_TOKEN = "twilio-test-token"
+_TTS = EspeakTts()
+
+
+async def speech(text: str, *, tail_silence_ms: int = 800) -> bytes:
+    """Real speech: espeak-ng → μ-law 8 kHz, followed by silence for endpointing."""
+    return await synthesize(_TTS, text) + silence_ulaw(tail_silence_ms)
+
+
+@dataclass
+class Utterance:
+    """Agent audio received up to one mark."""
+
+    mark: str
+    audio_ms: int
+    returned_at: float | None = None
+    flushed: bool = False
+
+
+@dataclass
+class Phone:
+    """One call. `play=False`: the line is dead, marks never come back (audio never plays)."""
+
+    base_url: str
+    params: dict[str, str]
+    play: bool = True
+    speed: float = 1.0
+    ws: ClientConnection | None = None
+    stream_sid: str = field(default_factory=lambda: f"MZ{uuid.uuid4().hex}")
+    call_sid: str = field(default_factory=lambda: f"CA{uuid.uuid4().hex}")
+    utterances: list[Utterance] = field(default_factory=list)
+    clears: list[float] = field(default_factory=list)
+    inbound: list[dict[str, Any]] = field(default_factory=list)
+    _unmarked_ms: int = 0
+    _play_until: float = 0.0
+    _timers: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    _reader: asyncio.Task[None] | None = None
+    _chunk: int = 0
+    _first_media: float | None = None
+    _changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def url(self) -> str:
+        """The stream URL."""
+        return self.base_url.replace("http://", "ws://").rstrip("/") + "/v1/telephony/twilio"
+
+    async def dial(self, *, start: bool = True, extra: dict[str, Any] | None = None) -> None:
+        """Connect (signed), then `connected` and `start`."""
+        signature = twilio_signature(AUTH_TOKEN, self.url, {})
+        self.ws = await connect(self.url, additional_headers={"X-Twilio-Signature": signature})
+        self._reader = asyncio.create_task(self._read())
+        await self.send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
+        if start:
+            await self.send({
+                "event": "start",
+                "sequenceNumber": "1",
+                "start": {
+                    "streamSid": self.stream_sid,
+                    "accountSid": "AC" + "0" * 32,
+                    "callSid": self.call_sid,
+                    "tracks": ["inbound"],
+                    "customParameters": self.params,
+                    "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000,
+                                    "channels": 1},
+                    **(extra or {}),
+                },
+                "streamSid": self.stream_sid,
+            })
+
+    async def send(self, message: dict[str, Any] | str | bytes) -> None:
+        """Send a frame as is (dicts as JSON)."""
+        assert self.ws is not None
+        await self.ws.send(json.dumps(message) if isinstance(message, dict) else message)
+
+    async def talk(self, ulaw: bytes, *, realtime: bool = True) -> None:
+        """Stream audio as 20 ms media frames; at real-time pace unless told otherwise."""
+        start = time.monotonic()
+        for index in range(0, len(ulaw), ULAW_FRAME_BYTES):
+            frame = ulaw[index : index + ULAW_FRAME_BYTES]
+            self._chunk += 1
+            message: dict[str, Any] = {
+                "event": "media",
+                "streamSid": self.stream_sid,
+                "media": {
+                    "track": "inbound",
+                    "chunk": str(self._chunk),
+                    "timestamp": str(self._chunk * 20),
+                    "payload": base64.b64encode(frame).decode(),
+                },
+            }
+            # Twilio's sequenceNumber is optional for the server: send it on every other frame.
+            if self._chunk % 2:
+                message["sequenceNumber"] = str(self._chunk + 1)
+            await self.send(message)
+            if realtime:
+                delay = start + (index // ULAW_FRAME_BYTES + 1) * 0.02 - time.monotonic()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+
+    async def hang_up(self, *, stop: bool = True) -> None:
+        """`stop` then close, or just drop the connection."""
+        assert self.ws is not None
+        if stop:
+            await self.send({"event": "stop", "streamSid": self.stream_sid,
+                             "stop": {"callSid": self.call_sid}})
+        await self.ws.close()
+        if self._reader is not None:
+            self._reader.cancel()
+        for timer in self._timers.values():
+            timer.cancel()
+
+    async def _read(self) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            await self._read_frames()
+
+    async def _read_frames(self) -> None:
+        assert self.ws is not None
+        async for raw in self.ws:
+            message = json.loads(raw)
+            self.inbound.append(message)
+            kind = message.get("event")
+            now = time.monotonic()
+            if kind == "media":
+                audio = base64.b64decode(message["media"]["payload"])
+                if self._first_media is None:
+                    self._first_media = now
+                self._unmarked_ms += ulaw_ms(audio)
+            elif kind == "mark":
+                name = message["mark"]["name"]
+                utterance = Utterance(name, self._unmarked_ms)
+                self._unmarked_ms = 0
+                self.utterances.append(utterance)
+                began = self._first_media if self._first_media is not None else now
+                self._first_media = None
+                seconds = utterance.audio_ms / 1000 / self.speed
+                self._play_until = max(self._play_until, began) + seconds
+                if self.play:
+                    self._timers[name] = asyncio.create_task(
+                        self._return_mark(utterance, self._play_until - now)
+                    )
+            elif kind == "clear":
+                self.clears.append(now)
+                self._play_until = now
+                self._unmarked_ms = 0
+                self._first_media = None
+                # Twilio echoes every pending mark when the buffer is cleared.
+                for utterance in self.utterances:
+                    if utterance.returned_at is None:
+                        timer = self._timers.pop(utterance.mark, None)
+                        if timer is not None:
+                            timer.cancel()
+                        utterance.flushed = True
+                        await self._mark(utterance)
+            self._changed.set()
+
+    async def _return_mark(self, utterance: Utterance, delay: float) -> None:
+        await asyncio.sleep(max(delay, 0.0))
+        await self._mark(utterance)
+
+    async def _mark(self, utterance: Utterance) -> None:
+        utterance.returned_at = time.monotonic()
+        self._timers.pop(utterance.mark, None)
+        await self.send({"event": "mark", "streamSid": self.stream_sid,
+                         "mark": {"name": utterance.mark}})
+
+    def media_ms(self) -> int:
+        """Agent audio received so far."""
+        return sum(u.audio_ms for u in self.utterances) + self._unmarked_ms
+
+    async def wait_for(self, mark: str, timeout_s: float = 20.0) -> Utterance:
+        """Until the agent sent the mark named `mark` (its audio is all here)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            for utterance in self.utterances:
+                if utterance.mark == mark:
+                    return utterance
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AssertionError(f"mark {mark} never came; got {self.utterances}")
+            self._changed.clear()
+            try:
+                await asyncio.wait_for(self._changed.wait(), remaining)
+            except TimeoutError:
+                continue
+
+    async def wait_audio(self, timeout_s: float = 20.0) -> None:
+        """Until some agent audio arrived."""
+        deadline = time.monotonic() + timeout_s
+        while self.media_ms() == 0:
+            if time.monotonic() > deadline:
+                raise AssertionError("no agent audio arrived")
+            await asyncio.sleep(0.01)
