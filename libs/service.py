@@ -30,12 +30,15 @@ from libs.bus import (
     BUCKETS,
     Context,
     DurableConsumer,
+    Handler,
     Topology,
     connect,
     ensure_buckets,
     ensure_streams,
+    spec_for,
 )
 from libs.config import BusSettings
+from libs.events import EventCodec
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +70,34 @@ class Runtime:
         if self.js is None:
             raise RuntimeError(f"{self.name} is not connected")
         return self.js
+
+    def consumer(
+        self,
+        context: Context,
+        *,
+        durable: str,
+        codec: EventCodec[Any],
+        handler: Handler[Any],
+        **options: Any,
+    ) -> DurableConsumer[Any]:
+        """A durable consumer over a context's stream, with this runtime's timings."""
+        spec = spec_for(
+            self.topology,
+            context,
+            durable=durable,
+            ack_wait_s=self.settings.ack_wait_s,
+            max_deliver=self.settings.max_deliver,
+        )
+        return DurableConsumer(
+            self.jetstream,
+            spec,
+            codec,
+            handler,
+            topology=self.topology,
+            source=context,
+            redelivery_backoff_s=self.settings.redelivery_backoff_s,
+            **options,
+        )
 
     def bucket(self, purpose: str) -> KeyValue:
         """A declared KV bucket by purpose (e.g. "intents")."""

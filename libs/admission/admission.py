@@ -303,21 +303,30 @@ class Admission:
         return loaded.state
 
     # -- writing -----------------------------------------------------------------------
-    def _envelope(
-        self, ctx: TurnContext, plan: _Plan, batch_id: str | None, event: Any, now: datetime
-    ) -> Envelope[Any]:
+    def _env(self, ctx: TurnContext, event: Any, now: datetime, **ids: Any) -> Envelope[Any]:
+        """An envelope carrying the turn's identities plus the ones given."""
         return Envelope(
             event_id=self._new_id("ev"),
             occurred_at=now,
             session_id=ctx.session_id,
             turn_id=ctx.turn_id,
+            agent=ctx.agent,
+            event=event,
+            **ids,
+        )
+
+    def _envelope(
+        self, ctx: TurnContext, plan: _Plan, batch_id: str | None, event: Any, now: datetime
+    ) -> Envelope[Any]:
+        return self._env(
+            ctx,
+            event,
+            now,
             tool_call_id=plan.tool_call_id,
             operation_id=plan.operation_id,
             intent_key=plan.intent_key,
             subject_key=plan.subject_key,
             batch_id=batch_id,
-            agent=ctx.agent,
-            event=event,
         )
 
     async def _write(self, ctx: TurnContext, plan: _Plan, batch_id: str, now: datetime) -> None:
@@ -415,15 +424,8 @@ class Admission:
         batch_id: str | None = None
         if fresh:
             batch_id = self._new_id("batch")
-            opened = Envelope(
-                event_id=self._new_id("ev"),
-                occurred_at=now,
-                session_id=ctx.session_id,
-                turn_id=ctx.turn_id,
-                batch_id=batch_id,
-                agent=ctx.agent,
-                event=BatchOpened(operation_ids=tuple(p.operation_id for p in fresh)),
-            )
+            members = BatchOpened(operation_ids=tuple(p.operation_id for p in fresh))
+            opened = self._env(ctx, members, now, batch_id=batch_id)
             await append(
                 self._js,
                 BATCHES,
@@ -549,15 +551,8 @@ class Admission:
         a confirmed state says "cancelled"), or a refusal with the compensation on offer.
         """
         now = self._clock()
-        request = Envelope(
-            event_id=self._new_id("ev"),
-            occurred_at=now,
-            session_id=ctx.session_id,
-            turn_id=ctx.turn_id,
-            operation_id=operation_id,
-            agent=ctx.agent,
-            event=OperationCancel(reason=reason, requested_by=ctx.user_id),
-        )
+        cancel = OperationCancel(reason=reason, requested_by=ctx.user_id)
+        request = self._env(ctx, cancel, now, operation_id=operation_id)
         await append(self._js, CONTROL, self._topology.control_subject(ctx.session_id), request)
         subject = self._topology.operation_subject(ctx.session_id, operation_id)
         for _ in range(10):
@@ -587,17 +582,14 @@ class Admission:
                 )
             else:
                 event = OperationCancelRequested(requested_by=ctx.user_id, reason=reason)
-            env = Envelope(
-                event_id=self._new_id("ev"),
-                occurred_at=now,
-                session_id=ctx.session_id,
-                turn_id=ctx.turn_id,
+            env = self._env(
+                ctx,
+                event,
+                now,
                 operation_id=operation_id,
                 intent_key=state.intent_key,
                 batch_id=state.batch_id,
-                agent=ctx.agent,
                 causation_id=request.event_id,
-                event=event,
             )
             try:
                 ack = await append(
@@ -701,15 +693,8 @@ class Admission:
             expected_last_subject_seq=0,
         )
         self._view.apply(env, ack.seq)
-        link = Envelope(
-            event_id=self._new_id("ev"),
-            occurred_at=now,
-            session_id=ctx.session_id,
-            turn_id=ctx.turn_id,
-            operation_id=operation_id,
-            agent=ctx.agent,
-            event=OperationCompensated(compensation_operation_id=plan.operation_id),
-        )
+        linked = OperationCompensated(compensation_operation_id=plan.operation_id)
+        link = self._env(ctx, linked, now, operation_id=operation_id)
         await append(self._js, OPERATIONS, subject, link, expected_last_subject_seq=loaded.last_seq)
         metrics.COMPENSATIONS.labels(state.tool).inc()
         return Outcome(

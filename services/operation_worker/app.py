@@ -9,7 +9,7 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from libs.bus import Context, DurableConsumer, spec_for
+from libs.bus import Context, DurableConsumer
 from libs.events import OPERATIONS, WORK
 from libs.problems import install_problem_handlers, problem
 from libs.service import Runtime, create_service_app
@@ -53,40 +53,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         return holder["w"]
 
     def dispatch(runtime: Runtime) -> DurableConsumer[Any]:
-        spec = spec_for(
-            runtime.topology,
+        return runtime.consumer(
             Context.OPERATIONS,
             durable="operation-worker-dispatch",
-            ack_wait_s=settings.bus.ack_wait_s,
-            max_deliver=settings.bus.max_deliver,
-        )
-        return DurableConsumer(
-            runtime.jetstream,
-            spec,
-            OPERATIONS,
-            worker(runtime).dispatch,
-            topology=runtime.topology,
-            source=Context.OPERATIONS,
-            redelivery_backoff_s=settings.bus.redelivery_backoff_s,
+            codec=OPERATIONS,
+            handler=worker(runtime).dispatch,
         )
 
     def work(runtime: Runtime) -> DurableConsumer[Any]:
-        spec = spec_for(
-            runtime.topology,
+        # One message at a time per operation, many operations at once per worker.
+        return runtime.consumer(
             Context.WORK,
             durable="operation-worker-work",
-            ack_wait_s=settings.bus.ack_wait_s,
-            max_deliver=settings.bus.max_deliver,
-        )
-        # One operation at a time per operation, many operations at once per worker.
-        return DurableConsumer(
-            runtime.jetstream,
-            spec,
-            WORK,
-            worker(runtime).work,
-            topology=runtime.topology,
-            source=Context.WORK,
-            redelivery_backoff_s=settings.bus.redelivery_backoff_s,
+            codec=WORK,
+            handler=worker(runtime).work,
             group_by=lambda subject: subject,
             max_in_flight=settings.max_in_flight,
         )
