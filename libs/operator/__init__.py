@@ -1,0 +1,1 @@
+"""Operator tools behind the `holdline` command: dead letters, manual resolution, rebuilds."""

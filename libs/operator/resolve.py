@@ -1,0 +1,82 @@
+"""Resolving by hand an operation stuck in UNKNOWN that the provider cannot reconcile."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Literal
+
+from nats.js import JetStreamContext
+
+from libs.bus import ConcurrencyConflict, Context, Topology, append, load
+from libs.domain import OperationState, OpStatus, operation
+from libs.events import (
+    OPERATIONS,
+    Envelope,
+    OperationCommitted,
+    OperationEvent,
+    OperationFailedFinal,
+)
+
+from .deadletters import OperatorError
+
+Outcome = Literal["committed", "failed"]
+
+
+def resolution(state: OperationState, outcome: Outcome, who: str, why: str) -> OperationEvent:
+    """The event that records an operator's decision, with who decided and why."""
+    if outcome == "committed":
+        return OperationCommitted(
+            result={"resolved_by": who, "reason": why},
+            provider_ref=state.provider_ref,
+            via="operator",
+        )
+    return OperationFailedFinal(
+        reason="operator", detail=f"resolved by {who}: {why}", via="operator"
+    )
+
+
+async def resolve(
+    js: JetStreamContext,
+    topology: Topology,
+    session_id: str,
+    operation_id: str,
+    outcome: Outcome,
+    *,
+    who: str,
+    why: str,
+) -> tuple[OperationState, int]:
+    """Append the operator's verdict on an UNKNOWN operation; refuse any other state."""
+    if not who.strip() or not why.strip():
+        raise OperatorError("--by and --why must both say something")
+    subject = topology.operation_subject(session_id, operation_id)
+    loaded = await load(
+        js, topology.stream_name(Context.OPERATIONS), subject, OPERATIONS, operation.evolve
+    )
+    state = loaded.state
+    if state is None:
+        raise OperatorError(f"operation {session_id}/{operation_id} has no events")
+    if state.status is not OpStatus.UNKNOWN:
+        raise OperatorError(
+            f"operation {operation_id} is {state.status.value}, not unknown: only an UNKNOWN "
+            "operation is resolved by hand"
+        )
+    env: Envelope[OperationEvent] = Envelope(
+        event_id=f"ev_op_{uuid.uuid4().hex}",
+        occurred_at=datetime.now(UTC),
+        session_id=state.session_id,
+        turn_id=state.turn_id,
+        operation_id=state.operation_id,
+        intent_key=state.intent_key,
+        subject_key=state.subject_key,
+        batch_id=state.batch_id,
+        agent=state.agent,
+        event=resolution(state, outcome, who, why),
+    )
+    try:
+        ack = await append(js, OPERATIONS, subject, env, expected_last_subject_seq=loaded.last_seq)
+    except ConcurrencyConflict:
+        raise OperatorError(
+            f"operation {operation_id} changed while resolving it; look again and retry"
+        ) from None
+    return operation.evolve(state, env), ack.seq
