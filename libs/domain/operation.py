@@ -161,6 +161,24 @@ def _check(state: OperationState | None, env: Envelope[OperationEvent]) -> None:
             pass
 
 
+def envelope_for(
+    state: OperationState, event: OperationEvent, *, event_id: str, now: datetime
+) -> Envelope[OperationEvent]:
+    """An event about an existing operation, carrying every id the operation knows."""
+    return Envelope(
+        event_id=event_id,
+        occurred_at=now,
+        session_id=state.session_id,
+        turn_id=state.turn_id,
+        operation_id=state.operation_id,
+        intent_key=state.intent_key,
+        subject_key=state.subject_key,
+        batch_id=state.batch_id,
+        agent=state.agent,
+        event=event,
+    )
+
+
 def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> OperationState:
     """Apply one event to an operation, or raise IllegalTransition."""
     _check(state, env)

@@ -12,7 +12,6 @@ from libs.bus import ConcurrencyConflict, Context, Topology, append, load
 from libs.domain import OperationState, OpStatus, operation
 from libs.events import (
     OPERATIONS,
-    Envelope,
     OperationCommitted,
     OperationEvent,
     OperationFailedFinal,
@@ -61,17 +60,11 @@ async def resolve(
             f"operation {operation_id} is {state.status.value}, not unknown: only an UNKNOWN "
             "operation is resolved by hand"
         )
-    env: Envelope[OperationEvent] = Envelope(
+    env = operation.envelope_for(
+        state,
+        resolution(state, outcome, who, why),
         event_id=f"ev_op_{uuid.uuid4().hex}",
-        occurred_at=datetime.now(UTC),
-        session_id=state.session_id,
-        turn_id=state.turn_id,
-        operation_id=state.operation_id,
-        intent_key=state.intent_key,
-        subject_key=state.subject_key,
-        batch_id=state.batch_id,
-        agent=state.agent,
-        event=resolution(state, outcome, who, why),
+        now=datetime.now(UTC),
     )
     try:
         ack = await append(js, OPERATIONS, subject, env, expected_last_subject_seq=loaded.last_seq)

@@ -119,17 +119,11 @@ class Worker:
         """Append events in order after op.seq; raises _Stale if someone wrote in between."""
         state, seq = op.state, op.seq
         for event in events:
-            env = Envelope(
+            env = operation.envelope_for(
+                state,
+                event,
                 event_id=f"ev_{self._rand.getrandbits(80):020x}",
-                occurred_at=datetime.now(UTC),
-                session_id=state.session_id,
-                turn_id=state.turn_id,
-                operation_id=state.operation_id,
-                intent_key=state.intent_key,
-                subject_key=state.subject_key,
-                batch_id=state.batch_id,
-                agent=state.agent,
-                event=event,
+                now=datetime.now(UTC),
             )
             try:
                 ack = await append(

@@ -37,12 +37,8 @@ async def test_cancel_while_running_asks_the_provider_and_waits_for_its_answer(
     ctx = stack.turn()
     turn = await stack.admit(ctx, ("book_table", BOOKING))
     op = turn.outcomes[0].operation_id
-    # Wait until the provider accepted the booking (202) and it is pending there.
-    for _ in range(100):
-        state, _ = await stack.operation(ctx.session_id, op)
-        if state is not None and state.awaiting_async:
-            break
-        await asyncio.sleep(0.05)
+    # The provider accepted the booking (202) and it is pending there.
+    await stack.wait_async_pending(ctx.session_id, op)
     assert stack.admission is not None
     await stack.admission.request_cancel(ctx, op, reason="don't book it")
     state = await stack.wait_status(ctx.session_id, op, "cancelled")
@@ -123,11 +119,7 @@ async def test_a_newer_intent_cancels_the_older_one_still_running(make_stack: St
     ctx = stack.turn()
     first = await stack.admit(ctx, ("book_table", BOOKING))
     old = first.outcomes[0].operation_id
-    for _ in range(100):
-        state, _ = await stack.operation(ctx.session_id, old)
-        if state is not None and state.awaiting_async:
-            break
-        await asyncio.sleep(0.05)
+    await stack.wait_async_pending(ctx.session_id, old)
     second = await stack.admit(
         stack.turn(ctx.session_id), ("book_table", {**BOOKING, "time": "21:30"})
     )

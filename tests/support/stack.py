@@ -187,6 +187,18 @@ class OpsStack:
             f"{operation_id} stuck in {state.status if state else None}, wanted {statuses}"
         )
 
+    async def wait_async_pending(
+        self, session_id: str, operation_id: str, timeout_s: float = 10.0
+    ) -> None:
+        """Poll until the provider accepted the operation (202) and its answer is awaited."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while asyncio.get_running_loop().time() < deadline:
+            state, _ = await self.operation(session_id, operation_id)
+            if state is not None and state.awaiting_async:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{operation_id} never awaited an async answer")
+
     async def ledger(self, resource: str | None = None) -> list[dict[str, Any]]:
         """The provider's effect ledger (optionally for one resource)."""
         async with httpx.AsyncClient(base_url=self.provider_url) as client:
