@@ -4,13 +4,14 @@ SHELL := /bin/bash
 BIN := .venv/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv run test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-voice dashboards clean
+.PHONY: help venv run test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-voice chaos dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
 	@echo "make test   install what is needed and run lint, types and the whole suite"
 	@echo "make proto  regenerate proto/ (JSON Schemas and the AsyncAPI document)"
 	@echo "make bench  run the benchmarks; results under bench/results/"
+	@echo "make chaos  the long fault-injection run (kills, pauses, broker faults); prints its figures"
 
 venv:
 	@scripts/ensure-venv.sh
@@ -48,6 +49,10 @@ bench-acceptance: venv
 
 bench-voice: venv
 	$(BIN)/python -m bench.voice
+
+chaos: venv
+	scripts/ensure-system-deps.sh
+	$(BIN)/python -m tests.chaos $(CHAOS_ARGS)
 
 dashboards: venv
 	$(BIN)/python deploy/grafana/build.py
