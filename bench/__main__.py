@@ -58,7 +58,7 @@ def steps(quick: bool) -> list[Step]:
         ]
     if (ROOT / "bench" / "voice.py").exists():
         voice_args = ("--trials", "5", "--blips", "5") if quick else ()
-        found.append(Step("voice", "bench.voice", voice_args, 15 if quick else 60))
+        found.append(Step("voice", "bench.voice", voice_args, 25 if quick else 190))
     return found
 
 

@@ -7,7 +7,16 @@ caller's real speech (espeak-ng, μ-law) arrives in 20 ms frames at real-time pa
 little silence; the latency runs from handing the first voiced frame (webrtcvad's own
 verdict on the clip) to the handler until the fake socket receives `clear`. A second
 series feeds short voiced blips (20-100 ms) to count false barge-ins, so the trade-off
-between latency and false interruptions is visible. Results: `bench/results/voice.json`.
+between latency and false interruptions is visible.
+
+A third series measures speech stop → first acceptance audio byte, with its parts, on the
+same handler with the real engines: pocketsphinx (domain LM) and espeak-ng. The caller's
+request is handed over as fast as the handler takes it, then the trailing silence at
+real-time pace, since endpointing is what that silence measures. "Speech stop" is when the
+last frame webrtcvad calls voiced was handed over; parts: endpointing (→ `finish()` on the
+recognizer), STT final (`finish()`), model (the mock model's reply and acceptance phrasing,
+in process: the durable admission of a turn is `acceptance.json`'s subject), TTS first
+chunk, and the send of the first media frame. Results: `bench/results/voice.json`.
 """
 
 from __future__ import annotations
@@ -19,6 +28,7 @@ import json
 import random
 import time
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
@@ -27,6 +37,10 @@ from fastapi import WebSocket
 
 from bench.common import machine, percentiles_ms
 from libs.domain import SessionState
+from libs.models.interface import AdmissionNote, TurnRequest
+from libs.models.mock import MockModel
+from libs.tools import default_registry
+from libs.tools.labels import label_of
 from services.interaction_surface.codec import (
     PCM_FRAME_BYTES,
     ULAW_FRAME_BYTES,
@@ -34,9 +48,12 @@ from services.interaction_surface.codec import (
     silence_ulaw,
     ulaw_to_pcm16,
 )
-from services.interaction_surface.speech import EspeakTts, synthesize
+from services.interaction_surface.conversation import tool_spec
+from services.interaction_surface.speech import EspeakTts, Recognizer, TextToSpeech, synthesize
+from services.interaction_surface.stt import PocketsphinxStt
 from services.interaction_surface.telephony import Call, SpeechPorts
 from services.interaction_surface.vad import VadConfig, webrtc_classifier
+from services.interaction_surface.voice import PRIMER_TEXT
 
 RESULTS = Path(__file__).parent / "results" / "voice.json"
 PHRASES = (
@@ -45,6 +62,12 @@ PHRASES = (
     "hold on, I have a question",
     "actually, cancel the booking",
     "sorry, what did you say",
+)
+REQUESTS = (
+    "give me access to notion and gitlab",
+    "give me access to github and jira",
+    "give me access to slack",
+    "grant me access to figma",
 )
 BLIPS_MS = (20, 40, 60, 80, 100, 120)
 CONFIGS = {
@@ -64,6 +87,75 @@ class FakeTwilio:
         if '"event":"clear"' in text and self.cleared_at is None:
             self.cleared_at = time.perf_counter()
             self.cleared.set()
+
+
+class FirstMedia:
+    """Notes when the first `media` frame goes out."""
+
+    def __init__(self) -> None:
+        self.at: float | None = None
+        self.sent = asyncio.Event()
+
+    async def send_text(self, text: str) -> None:
+        if '"event":"media"' in text and self.at is None:
+            self.at = time.perf_counter()
+            self.sent.set()
+
+
+@dataclass
+class Parts:
+    """Wall-clock marks of one speech-stop trial (perf_counter seconds)."""
+
+    finish_started: float | None = None
+    finish_ended: float | None = None
+    model_ended: float | None = None
+    tts_called: float | None = None
+    tts_first_chunk: float | None = None
+    transcript: str = ""
+
+
+class TimedRecognizer:
+    """The real recognizer; notes when the final transcript was asked for and given."""
+
+    def __init__(self, inner: Recognizer, parts: Parts) -> None:
+        self._inner = inner
+        self._parts = parts
+
+    def feed(self, pcm16_8k: bytes) -> None:
+        self._inner.feed(pcm16_8k)
+
+    def finish(self) -> str:
+        self._parts.finish_started = time.perf_counter()
+        text = self._inner.finish()
+        self._parts.finish_ended = time.perf_counter()
+        self._parts.transcript = text
+        return text
+
+
+class TimedStt:
+    """Hands out timed recognizers over the real engine."""
+
+    def __init__(self, inner: PocketsphinxStt, parts: Parts) -> None:
+        self._inner = inner
+        self._parts = parts
+
+    def session(self) -> Recognizer:
+        return TimedRecognizer(self._inner.session(), self._parts)
+
+
+class TimedTts:
+    """The real TTS; notes the call and its first chunk."""
+
+    def __init__(self, inner: TextToSpeech, parts: Parts) -> None:
+        self._inner = inner
+        self._parts = parts
+
+    async def stream(self, text: str) -> AsyncIterator[bytes]:
+        self._parts.tts_called = time.perf_counter()
+        async for chunk in self._inner.stream(text):
+            if self._parts.tts_first_chunk is None:
+                self._parts.tts_first_chunk = time.perf_counter()
+            yield chunk
 
 
 class CannedTts:
@@ -148,13 +240,124 @@ async def _blip(config: VadConfig, agent_audio: bytes, voiced: bytes, blip_ms: i
     return fake.cleared_at is not None
 
 
-async def run(trials: int, blips: int) -> dict[str, Any]:
+class MockTurn:
+    """The turn port, with the mock model in process: reply, then its acceptance sentence."""
+
+    def __init__(self, parts: Parts) -> None:
+        self._model = MockModel()
+        self._tools = tuple(tool_spec(t) for t in default_registry().tools())
+        self._parts = parts
+        self._turns = 0
+
+    async def __call__(
+        self, session: SessionState, text: str, client_turn_id: str | None = None
+    ) -> tuple[str, str, str, tuple[str, ...]]:
+        del client_turn_id
+        self._turns += 1
+        turn_id = f"turn{self._turns}"
+        request = TurnRequest(
+            session_id=session.session_id, turn_id=turn_id, agent=session.agent,
+            language="en", user_text=text, history=(), tools=self._tools,
+            today=datetime.now(UTC).date().isoformat(),
+        )
+        reply = await self._model.respond(request)
+        notes = [
+            AdmissionNote(operation_id=f"op{i}", tool=c.tool, status="admitted",
+                          label=label_of(c.tool, c.arguments))
+            for i, c in enumerate(reply.calls)
+        ]
+        accepted = await self._model.accept(request, reply, notes)
+        self._parts.model_ended = time.perf_counter()
+        return turn_id, f"resp{self._turns}", accepted, ()
+
+
+def _last_voiced(ulaw: bytes, aggressiveness: int, min_rms: int) -> int:
+    classify = webrtc_classifier(aggressiveness, min_rms)
+    last = -1
+    for index, frame in enumerate(FrameSplitter(PCM_FRAME_BYTES).push(ulaw_to_pcm16(ulaw))):
+        if classify(frame):
+            last = index
+    if last < 0:
+        raise ValueError("no voiced frame")
+    return last
+
+
+async def _stop_trial(
+    config: VadConfig, stt: PocketsphinxStt, tts: TextToSpeech, request: bytes
+) -> dict[str, float] | None:
+    """One request; the parts in seconds, or None when nothing was recognised."""
+    parts = Parts()
+    fake = FirstMedia()
+    ports = SpeechPorts(
+        tts=TimedTts(tts, parts), stt=TimedStt(stt, parts), vad=config, record=_nothing,
+        append_control=_nothing, turn=MockTurn(parts),
+    )
+    session = SessionState(session_id="s_bench", user_id="u", tenant_id="t", agent="concierge",
+                           token_hash="sha256:bench")  # noqa: S106 - not a secret
+    call = Call(cast(WebSocket, fake), session, "MZbench", "CAbench", ports)
+    audio = silence_ulaw(200) + request
+    last = _last_voiced(audio, config.aggressiveness, config.min_rms)
+    voiced_end = (last + 1) * ULAW_FRAME_BYTES
+    # The request as fast as the handler takes it: the decoder is caught up at speech stop.
+    await call.on_media(audio[:voiced_end])
+    stopped = time.perf_counter()
+    tail = audio[voiced_end:] + silence_ulaw(config.endpoint_silence_ms + 400)
+    await _stream(call, tail, fake.sent)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(fake.sent.wait(), 10)
+    await call.hang_up("bench")
+    if fake.at is None or parts.finish_started is None or not parts.transcript:
+        return None
+    assert parts.finish_ended is not None
+    assert parts.model_ended is not None
+    assert parts.tts_called is not None
+    assert parts.tts_first_chunk is not None
+    return {
+        "total": fake.at - stopped,
+        "endpointing": parts.finish_started - stopped,
+        "stt_final": parts.finish_ended - parts.finish_started,
+        "model": parts.model_ended - parts.finish_ended,
+        "tts_first_chunk": parts.tts_first_chunk - parts.tts_called,
+        "send_first_media": fake.at - parts.tts_first_chunk,
+    }
+
+
+async def speech_stop_series(
+    config: VadConfig, trials: int, stt: PocketsphinxStt, tts: TextToSpeech,
+    requests: list[bytes],
+) -> dict[str, Any]:
+    """Speech stop → first acceptance audio byte, with its parts, over `trials` requests."""
+    measured: dict[str, list[float]] = {}
+    missed = 0
+    for i in range(trials):
+        found = await _stop_trial(config, stt, tts, requests[i % len(requests)])
+        if found is None:
+            missed += 1
+            continue
+        for key, value in found.items():
+            measured.setdefault(key, []).append(value)
+    total = percentiles_ms(measured.get("total", []))
+    budget = config.endpoint_silence_ms + 250
+    return {
+        "trials": trials,
+        "not_recognised": missed,
+        "target_p95_ms": budget,
+        "target_met": bool(total.get("p95_ms")) and total["p95_ms"] <= budget,
+        "total_ms": total,
+        "parts": {key: percentiles_ms(values) for key, values in measured.items()
+                  if key != "total"},
+    }
+
+
+async def run(trials: int, blips: int, stop_trials: int) -> dict[str, Any]:
     tts = EspeakTts()
     agent_audio = await synthesize(
         tts, "I am on it: I asked for your accesses and I will tell you when they are ready."
     )
     callers = [await synthesize(tts, phrase) for phrase in PHRASES]
     rng = random.Random(7)  # noqa: S311 - reproducible trial order, not security
+    stt = PocketsphinxStt(await synthesize(tts, PRIMER_TEXT))
+    requests = [await synthesize(tts, phrase) for phrase in REQUESTS]
     series: dict[str, Any] = {}
     for name, config in CONFIGS.items():
         latencies = [
@@ -181,6 +384,9 @@ async def run(trials: int, blips: int) -> dict[str, Any]:
             "blip_trials_by_ms": {str(ms): n for ms, n in tried.items()},
             # Voiced bursts cut from real speech: how many of them interrupted the agent.
             "barge_ins_by_blip_ms": {str(ms): n for ms, n in false_starts.items()},
+            "speech_stop_to_first_audio": await speech_stop_series(
+                config, stop_trials, stt, tts, requests
+            ),
         }
     return series
 
@@ -190,14 +396,26 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trials", type=int, default=100)
     parser.add_argument("--blips", type=int, default=60)
+    parser.add_argument(
+        "--stop-trials", type=int, default=None,
+        help="speech stop -> first acceptance audio trials per configuration "
+        "(default: --trials, at most 60)",
+    )
     args = parser.parse_args()
-    series = asyncio.run(run(args.trials, args.blips))
+    stop_trials = args.stop_trials if args.stop_trials is not None else min(args.trials, 60)
+    series = asyncio.run(run(args.trials, args.blips, stop_trials))
     result = {
         "benchmark": "voice barge-in",
         "when": datetime.now(UTC).isoformat(),
         "machine": machine(),
         "measure": "first voiced inbound frame handed to the call handler -> clear sent",
         "target": "barge-in p99 <= 120 ms with a 60 ms minimum speech duration",
+        "speech_stop_measure": (
+            "last voiced inbound frame handed to the call handler -> first media frame of "
+            "the acceptance sent (parts: endpointing, stt_final, model, tts_first_chunk, "
+            "send_first_media)"
+        ),
+        "speech_stop_target": "acceptance audio within the endpointing window + 250 ms at p95",
         "series": series,
     }
     RESULTS.parent.mkdir(exist_ok=True)

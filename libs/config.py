@@ -70,6 +70,8 @@ class BusSettings:
     nats_tls_cert: str | None = None
     nats_tls_key: str | None = None
     connect_timeout_s: float = 2.0
+    # On SIGTERM: how long in-flight messages may finish before they are handed back (NAK).
+    graceful_shutdown_s: float = 10.0
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix):
@@ -98,6 +100,9 @@ class BusSettings:
             nats_tls_cert=os.environ.get("NATS_TLS_CERT") or None,
             nats_tls_key=os.environ.get("NATS_TLS_KEY") or None,
             connect_timeout_s=env_float("HOLDLINE_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
+            graceful_shutdown_s=env_float(
+                "HOLDLINE_GRACEFUL_SHUTDOWN_S", cls.graceful_shutdown_s
+            ),
         )
 
 

@@ -83,6 +83,9 @@ CANCELLED_UNHEARD_AUDIO = Histogram(
     "Generated audio excluded from history because it was never heard.",
     buckets=_BUCKETS,
 )
+# The system of record counts these (its effect ledger knows every effect's key); the sandbox
+# provider exports the same family by kind. Runtime services expose it so the name exists
+# everywhere, and never add to it: the dashboard sums over every target.
 DUPLICATE_SIDE_EFFECTS = Counter(
     "holdline_duplicate_side_effects", "Side effects beyond the first for one intent."
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import nats.errors
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -33,6 +34,19 @@ def install_problem_handlers(app: FastAPI) -> None:
     async def http_error(_request: Request, exc: StarletteHTTPException) -> JSONResponse:
         return problem(exc.status_code, _TITLES.get(exc.status_code, "HTTP error"), str(exc.detail))
 
+    # The broker restarting or a view lagging behind it is not a bug of the request: the
+    # client may retry (a turn with the same client_turn_id is answered once, never run twice).
+    @app.exception_handler(TimeoutError)
+    @app.exception_handler(nats.errors.Error)
+    async def unavailable(_request: Request, exc: Exception) -> JSONResponse:
+        response = problem(
+            503, "Service unavailable",
+            f"the event store did not answer in time ({type(exc).__name__}); retry",
+            slug="unavailable",
+        )
+        response.headers["Retry-After"] = "1"
+        return response
+
     @app.exception_handler(RequestValidationError)
     async def validation_error(_request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [
@@ -54,4 +68,5 @@ _TITLES = {
     415: "Unsupported media type",
     422: "Invalid request",
     429: "Too many requests",
+    503: "Service unavailable",
 }

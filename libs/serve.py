@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
+from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
@@ -19,10 +21,17 @@ def configure_logging(service: str) -> None:
     )
 
 
+def _exit_cleanly(_sig: int, _frame: FrameType | None) -> None:
+    # uvicorn re-raises the SIGTERM it handled once it has shut down; by then the service
+    # drained, so the process ends with 0 rather than dying of the signal.
+    raise SystemExit(0)
+
+
 def serve(app: FastAPI, *, service: str, env_prefix: str, default_port: int) -> None:
     """Serve the app on `<PREFIX>_HOST:<PREFIX>_PORT` until SIGINT/SIGTERM."""
     configure_logging(service)
     http = HttpSettings.from_env(env_prefix, default_port)
+    signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(
         app,
         host=http.host,

@@ -139,17 +139,35 @@ class Runtime:
             if not consumer.stopped:
                 await asyncio.sleep(0.5)
 
-    async def stop(self) -> None:
-        """Stop consumers, then drain the connection (pending acks and publishes go out)."""
+    async def quiesce(self) -> None:
+        """Stop pulling, let messages in hand finish within the grace period, and hand back
+        (NAK) the rest for another process. Safe to call more than once."""
         for consumer in self.consumers:
             consumer.stop()
         if self._tasks:
-            _done, pending = await asyncio.wait(self._tasks, timeout=5.0)
+            _done, pending = await asyncio.wait(
+                self._tasks, timeout=self.settings.graceful_shutdown_s
+            )
+            if pending:
+                handed_back = 0
+                for consumer in self.consumers:
+                    handed_back += await consumer.abandon()
+                log.warning(
+                    "%s: handed back %d in-flight messages after %.1f s",
+                    self.name, handed_back, self.settings.graceful_shutdown_s,
+                )
+                _done, pending = await asyncio.wait(pending, timeout=5.0)
             for task in pending:
                 task.cancel()
+            self._tasks.clear()
+
+    async def stop(self) -> None:
+        """Quiesce, then drain the connection (pending acks and publishes go out)."""
+        await self.quiesce()
         if self.nc is not None and not self.nc.is_closed:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.nc.drain(), timeout=5.0)
+        log.info("%s: drained", self.name)
 
     async def readiness(self) -> tuple[bool, str]:
         """Whether broker, streams and consumers are all in place (cached for a second)."""
@@ -201,11 +219,15 @@ def create_service_app(
         try:
             yield
         finally:
+            # Work in hand finishes (or goes back) while the service's resources still exist.
+            await runtime.quiesce()
             if on_stop is not None:
                 await on_stop()
             await runtime.stop()
 
     app = FastAPI(title=title, lifespan=lifespan)
+    # A trace starts at the HTTP request (a no-op until tracing is configured).
+    app.add_middleware(tracing.TracingMiddleware)
 
     @app.get("/healthz", include_in_schema=False)
     async def healthz() -> dict[str, str]:

@@ -12,6 +12,13 @@ per message a durable consumer handles, a child of the appender's span. Appends 
 handler runs are children of the handler's span, so one trace follows a turn through the
 surface, the worker, the coordinator and the policy. Span attributes name subjects and ids;
 traces are per request, unlike metrics, whose labels never carry a session.
+
+A trace starts at the edge: `TracingMiddleware` opens one `<METHOD> <route>` span (kind
+SERVER) per HTTP request, continuing the caller's W3C `traceparent` when it sends one, so the
+appends a request makes are its children. `inject_headers` is an httpx request hook that
+sends the current context along (the worker's calls to the provider), so the provider's
+request span joins the operation's trace; `current_headers` hands the context to work done
+later (the provider stores it with an async completion's callback and sends it along).
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
+
+import httpx
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
 
@@ -145,3 +155,64 @@ def current_trace_id() -> str | None:
         return None
     ctx = trace.get_current_span().get_span_context()
     return format(ctx.trace_id, "032x") if ctx.is_valid else None
+
+
+# Probes and scrapes are polled all the time; a span each would bury the requests that matter.
+_UNTRACED_PATHS = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class TracingMiddleware:
+    """ASGI middleware: one SERVER span per HTTP request, child of the caller's `traceparent`."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        tracer = _tracer
+        path = str(scope.get("path", ""))
+        if tracer is None or scope["type"] != "http" or path in _UNTRACED_PATHS:
+            await self.app(scope, receive, send)
+            return
+        carrier = {
+            name.decode("latin-1"): value.decode("latin-1")
+            for name, value in scope.get("headers", ())
+        }
+        method = str(scope.get("method", "GET"))
+        with tracer.start_as_current_span(
+            method,
+            context=propagate.extract(carrier),
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": method, "url.path": path},
+            record_exception=True,
+            set_status_on_exception=True,
+        ) as span:
+
+            async def send_traced(message: Message) -> None:
+                if message["type"] == "http.response.start":
+                    status = int(message["status"])
+                    span.set_attribute("http.response.status_code", status)
+                    if status >= 500:
+                        span.set_status(Status(StatusCode.ERROR))
+                await send(message)
+
+            try:
+                await self.app(scope, receive, send_traced)
+            finally:
+                # The route template is known once routing ran; ids stay out of span names.
+                route = getattr(scope.get("route"), "path", None)
+                if route:
+                    span.update_name(f"{method} {route}")
+                    span.set_attribute("http.route", route)
+
+
+def current_headers() -> dict[str, str]:
+    """The W3C headers of the current trace context, to send it on later (empty when off)."""
+    carrier: dict[str, str] = {}
+    if _tracer is not None:
+        propagate.inject(carrier)
+    return carrier
+
+
+async def inject_headers(request: httpx.Request) -> None:
+    """httpx request hook: carry the current trace context to the server (no-op when off)."""
+    request.headers.update(current_headers())

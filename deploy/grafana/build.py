@@ -471,7 +471,10 @@ def truthfulness_dashboard() -> Dashboard:
             width=8,
             height=4,
             thresholds=ZERO_IS_GOOD,
-            description="Side effects beyond the first for one intent (rule 2).",
+            description=(
+                "Side effects beyond the first for one intent (rule 2), as the system of "
+                "record's effect ledger counts them per idempotency key."
+            ),
         ),
         Panel(
             "Duplicate deliveries refused (range)",
@@ -497,7 +500,10 @@ def truthfulness_dashboard() -> Dashboard:
         Row("Effects and deliveries"),
         Panel(
             "Duplicate side effects",
-            one(rate("holdline_duplicate_side_effects_total"), "duplicate effects"),
+            one(
+                rate("holdline_duplicate_side_effects_total", by="kind"),
+                "duplicate effects: {{kind}}",
+            ),
             unit="ops",
         ),
         Panel(

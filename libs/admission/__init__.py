@@ -1,10 +1,11 @@
 """Admission: validation, authorisation, limits, duplicates and backpressure, as events."""
 
-from .admission import Admission, Outcome, ToolCall, TurnAdmission, TurnContext
+from .admission import ELSEWHERE, Admission, Outcome, ToolCall, TurnAdmission, TurnContext
 from .intent import digest, intent_key, subject_key
 from .load import LoadView
 
 __all__ = [
+    "ELSEWHERE",
     "Admission",
     "LoadView",
     "Outcome",

@@ -50,6 +50,12 @@ PlanKind = Literal["admit", "reject", "confirm", "existing"]
 
 _REUSABLE = frozenset({OpStatus.FAILED_FINAL, OpStatus.CANCELLED, OpStatus.REJECTED})
 _HOUR = timedelta(hours=1)
+# How long a claim without events is taken for an admission still writing them (another
+# session of the same user racing this one) before it is adopted as a crashed one.
+_HOLDER_GRACE_S = 3.0
+_HOLDER_POLL_S = 0.05
+# A join of another session's operation: that session's batch carries the closing.
+ELSEWHERE = "handled_elsewhere"
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +91,9 @@ class Outcome:
     reason: str | None = None
     detail: str = ""
     prompt: str | None = None
+    subject_key: str | None = None
+    # Older operations this one replaces (cancelled, or compensated when already done).
+    supersedes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +287,7 @@ class Admission:
                 reason="duplicate",
                 detail="intent key reused with other arguments",
             )
-        state = self._view.get(holder) or await self._load(plan, holder)
+        state = await self._holder(plan, holder)
         if state is None:
             # Claimed by an admission that crashed before writing events: adopt its id.
             return replace(plan, operation_id=holder)
@@ -289,6 +298,16 @@ class Admission:
                 return await self._claim(plan)
             return plan
         return self._on_duplicate(plan, state)
+
+    async def _holder(self, plan: _Plan, holder: str) -> OperationState | None:
+        """The holder's state; a claim seen before its events is given time to write them."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + _HOLDER_GRACE_S
+        while True:
+            state = self._view.get(holder) or await self._load(plan, holder)
+            if state is not None or loop.time() >= deadline:
+                return state
+            await asyncio.sleep(_HOLDER_POLL_S)
 
     async def _load(self, plan: _Plan, operation_id: str) -> OperationState | None:
         # The holder may belong to another session: find its subject through the wildcard.
@@ -435,15 +454,22 @@ class Admission:
             )
             await asyncio.gather(*(self._write(ctx, p, batch_id, now) for p in fresh))
         for plan in fresh:
+            if plan.kind == "reject":
+                # A refused request replaces nothing: the older intent still stands.
+                continue
             for older in plan.supersedes:
                 await self._supersede(ctx, older, plan.operation_id)
         return TurnAdmission(
-            batch_id=batch_id, outcomes=tuple(self._outcome(p, batch_id) for p in plans)
+            batch_id=batch_id,
+            outcomes=tuple(self._outcome(p, batch_id, ctx.session_id) for p in plans),
         )
 
-    def _outcome(self, plan: _Plan, batch_id: str | None) -> Outcome:
+    def _outcome(self, plan: _Plan, batch_id: str | None, session_id: str) -> Outcome:
         if plan.existing is not None or plan.kind == "existing":
             state = plan.existing or self._view.get(plan.operation_id)
+            # The same intent asked in another session of the user joins that session's
+            # operation; its closing goes there, so this session must not be promised one.
+            elsewhere = state is not None and state.session_id != session_id
             return Outcome(
                 operation_id=plan.operation_id,
                 tool=plan.tool,
@@ -451,6 +477,8 @@ class Admission:
                 batch_id=state.batch_id if state else None,
                 intent_key=plan.intent_key,
                 existing=True,
+                reason=ELSEWHERE if elsewhere else None,
+                subject_key=plan.subject_key,
             )
         status = {
             "admit": OpStatus.ADMITTED,
@@ -469,6 +497,8 @@ class Admission:
             reason=plan.reason,
             detail=plan.detail,
             prompt=prompt,
+            subject_key=plan.subject_key,
+            supersedes=plan.supersedes if plan.kind != "reject" else (),
         )
 
     # -- follow-ups: confirmation, cancellation, compensation ------------------------------
@@ -666,7 +696,7 @@ class Admission:
         )
         plan = await self._claim(plan)
         if plan.kind != "admit":
-            return self._outcome(plan, None)
+            return self._outcome(plan, None, ctx.session_id)
         batch_id = self._new_id("batch")
         opened = self._envelope(
             ctx, plan, batch_id, BatchOpened(operation_ids=(plan.operation_id,)), now

@@ -1,6 +1,7 @@
 """The JetStream layer: topology, declaration, appends, create-once claims, consumers, replay."""
 
 from .aggregate import Loaded, load
+from .codecs import EVENT_CODECS
 from .connection import connect
 from .consumer import DurableConsumer, Handler, Poison, Received, spec_for
 from .deadletter import DEAD_LETTER_DECODER, DeadLetter
@@ -20,6 +21,7 @@ from .topology import BUCKETS, Context, InvalidSubjectToken, StreamSpec, Topolog
 __all__ = [
     "BUCKETS",
     "DEAD_LETTER_DECODER",
+    "EVENT_CODECS",
     "Appended",
     "Claim",
     "ClaimConflict",

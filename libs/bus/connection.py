@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import ssl
 from typing import Any
+from urllib.parse import urlsplit
 
 import nats
 from nats.aio.client import Client
@@ -12,6 +13,15 @@ from nats.aio.client import Client
 from libs.config import BusSettings
 
 log = logging.getLogger(__name__)
+
+
+def _without_credentials(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.password is None and parts.username is None:
+        return url
+    host = parts.hostname or ""
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    return parts._replace(netloc=netloc).geturl()
 
 
 def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
@@ -23,10 +33,6 @@ def _tls_context(settings: BusSettings) -> ssl.SSLContext | None:
     return context
 
 
-async def _on_error(exc: Exception) -> None:
-    log.warning("nats connection error: %s", exc)
-
-
 async def _on_disconnect() -> None:
     log.warning("nats disconnected; reconnecting")
 
@@ -36,14 +42,23 @@ async def _on_reconnect() -> None:
 
 
 async def connect(settings: BusSettings, *, name: str) -> Client:
-    """Connect, retrying forever in the background once the first connect succeeded."""
+    """Connect, retrying forever in the background once the first connect succeeded.
+
+    Wrong credentials or an unverifiable certificate keep it retrying (the service stays
+    not ready) and log why, with the broker's address but never its credentials.
+    """
+    where = _without_credentials(settings.nats_url)
+
+    async def on_error(exc: Exception) -> None:
+        log.warning("%s: cannot use the broker at %s: %s", name, where, exc)
+
     options: dict[str, Any] = {
         "servers": [settings.nats_url],
         "name": name,
         "connect_timeout": settings.connect_timeout_s,
         "max_reconnect_attempts": -1,
         "reconnect_time_wait": 0.5,
-        "error_cb": _on_error,
+        "error_cb": on_error,
         "disconnected_cb": _on_disconnect,
         "reconnected_cb": _on_reconnect,
     }

@@ -5,6 +5,9 @@ run concurrently. A
 handler that keeps failing is retried with growing delays until `max_deliver`, then its
 message goes to the dead-letter stream with the reason and is acknowledged, so it leaves a
 work-queue stream and never blocks the sessions behind it.
+
+A consumer given a `Partition` handles only the sessions that partition owns and acknowledges
+every other message unread: each partition's durable consumer sees the whole stream.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from libs.metrics import CONSUMER_LAG
 
 from .deadletter import DEAD_LETTER_ENCODER, DeadLetter
 from .declare import ConsumerSpec, ensure_consumer
-from .topology import Context, Topology
+from .topology import Context, Partition, Topology
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +83,7 @@ class DurableConsumer(Generic[B]):
         on_dead_letter: Callable[[DeadLetter], None] | None = None,
         group_by: Callable[[str], str] | None = None,
         max_in_flight: int = 256,
+        partition: Partition | None = None,
     ) -> None:
         self._js = js
         self.spec = spec
@@ -96,6 +100,7 @@ class DurableConsumer(Generic[B]):
         # Messages with the same group key are handled one at a time, in stream order.
         self._group_by = group_by
         self._max_in_flight = max_in_flight
+        self._partition = partition
         self._in_flight: set[asyncio.Task[None]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._waiting: dict[str, int] = {}
@@ -110,6 +115,15 @@ class DurableConsumer(Generic[B]):
     def stop(self) -> None:
         """Ask the loop to stop fetching; messages in hand are finished first."""
         self._stop.set()
+
+    async def abandon(self) -> int:
+        """Cancel the messages still in hand (each is NAKed for redelivery); how many."""
+        tasks = list(self._in_flight)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5.0)
+        return len(tasks)
 
     async def run(self) -> None:
         """Declare the consumer, then fetch and handle until stopped.
@@ -138,6 +152,11 @@ class DurableConsumer(Generic[B]):
                     await asyncio.sleep(0.2)
                     continue
                 for msg in msgs:
+                    if not self._owns(msg.subject):
+                        # Another partition's session: its own consumer handles it.
+                        with contextlib.suppress(Exception):
+                            await msg.ack()
+                        continue
                     task = asyncio.create_task(self._in_order(msg))
                     self._in_flight.add(task)
                     task.add_done_callback(self._in_flight.discard)
@@ -156,6 +175,11 @@ class DurableConsumer(Generic[B]):
         try:
             async with lock:
                 await self._handle_one(msg)
+        except asyncio.CancelledError:
+            # Abandoned at shutdown: hand the message back now, not after ack_wait.
+            with contextlib.suppress(Exception):
+                await msg.nak()
+            raise
         except Exception:
             log.exception("consumer %s failed on %s", self.spec.durable, msg.subject)
         finally:
@@ -164,6 +188,15 @@ class DurableConsumer(Generic[B]):
                 # Nobody else queued behind this group: forget its lock.
                 del self._waiting[key]
                 self._locks.pop(key, None)
+
+    def _owns(self, subject: str) -> bool:
+        if self._partition is None or self._partition.count == 1:
+            return True
+        try:
+            return self._partition.owns(self._topology.session_of(subject))
+        except ValueError:
+            # No session in the subject: nothing to partition by, so every partition handles it.
+            return True
 
     def _group_key(self, subject: str) -> str:
         if self._group_by is not None:

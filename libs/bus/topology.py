@@ -1,13 +1,18 @@
 """Names of every stream, subject, consumer and bucket, derived from one prefix.
 
 Subjects carry the session id in the third token (`<prefix>.<context>.<session_id>...`) so
-one session can be replayed with a filter and sessions can be partitioned with NATS
-subject mapping (`partition(N, 3)`).
+one session can be replayed with a filter and sessions can be partitioned by it.
+
+`Partition` assigns each session to one of N partitions with the hash NATS uses for its
+`partition(N, ...)` subject-mapping function (FNV-1a, 32 bits, of the session token, modulo N),
+so moving the filter from the consumers to the broker later keeps every session where it is.
 """
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -124,9 +129,73 @@ class Topology:
         """A KV bucket name, e.g. hl_intents."""
         return f"{self.prefix}_{token(purpose)}"
 
-    def durable(self, service: str, role: str) -> str:
-        """Durable consumer name for a service role."""
-        return f"{token(service)}-{token(role)}"
+    def durable(self, service: str, role: str, partition: Partition | None = None) -> str:
+        """Durable consumer name for a service role (one per partition when partitioned)."""
+        name = f"{token(service)}-{token(role)}"
+        if partition is None or partition.count == 1:
+            return name
+        return f"{name}-p{partition.index}"
+
+
+_FNV_OFFSET = 0x811C9DC5
+_FNV_PRIME = 0x01000193
+# A StatefulSet pod is `<name>-<ordinal>`; the ordinal is its partition.
+_ORDINAL_RE = re.compile(r"-(\d+)$")
+
+
+def partition_of(session_id: str, count: int) -> int:
+    """The partition (0..count-1) that owns a session: FNV-1a 32 of its token, modulo count."""
+    h = _FNV_OFFSET
+    for byte in session_id.encode():
+        h = ((h ^ byte) * _FNV_PRIME) & 0xFFFFFFFF
+    return h % count
+
+
+class InvalidPartition(ValueError):
+    """Partition settings that cannot describe one partition of N."""
+
+
+@dataclass(frozen=True, slots=True)
+class Partition:
+    """Partition `index` of `count`: the sessions one process of a stateful service owns."""
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        if self.count < 1 or not 0 <= self.index < self.count:
+            raise InvalidPartition(f"partition {self.index} of {self.count} does not exist")
+
+    def owns(self, session_id: str) -> bool:
+        """Whether this partition handles the session."""
+        return self.count == 1 or partition_of(session_id, self.count) == self.index
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Partition:
+        """`HOLDLINE_PARTITIONS` (N, default 1) and `HOLDLINE_PARTITION` (k).
+
+        Without `HOLDLINE_PARTITION`, k is 0 when N is 1, else the ordinal that ends the pod
+        name (`HOSTNAME`, e.g. `batch-coordinator-2`).
+        """
+        env = os.environ if environ is None else environ
+        raw_count = env.get("HOLDLINE_PARTITIONS", "").strip() or "1"
+        raw_index = env.get("HOLDLINE_PARTITION", "").strip()
+        if not raw_index and raw_count == "1":
+            raw_index = "0"  # one partition: whatever the host is called
+        elif not raw_index:
+            found = _ORDINAL_RE.search(env.get("HOSTNAME", ""))
+            if found is None:
+                # Guessing 0 would leave the other partitions' sessions without an owner.
+                raise InvalidPartition(
+                    f"HOLDLINE_PARTITIONS={raw_count} needs HOLDLINE_PARTITION or a pod ordinal"
+                )
+            raw_index = found.group(1)
+        try:
+            return cls(index=int(raw_index), count=int(raw_count))
+        except ValueError as exc:
+            raise InvalidPartition(
+                f"HOLDLINE_PARTITION={raw_index!r} HOLDLINE_PARTITIONS={raw_count!r}: {exc}"
+            ) from exc
 
 
 _DESCRIPTIONS: dict[Context, str] = {

@@ -341,22 +341,10 @@ def check_relevance(
     stale = _newer_intent(delivery, sources, session_ops)
     if stale is not None:
         old, newer = stale
-        reason = (
-            f"stale_superseded: {newer.operation_id} is a newer intent on "
-            f"{newer.subject_key} than {old.operation_id}"
-        )
-        return Verdict(
-            "supersede",
-            reason,
-            by_delivery_id=final_delivery_id(newer.batch_id or newer.operation_id),
-            reconcile=DeliveryReconciliationRequested(
-                operation_ids=tuple(o.operation_id for o in sources
-                                    if o.subject_key == newer.subject_key),
-                reason=reason,
-                newer_operation_id=newer.operation_id,
-                subject_key=newer.subject_key,
-            ),
-            stale=True,
+        return _superseded(
+            old.operation_id,
+            newer,
+            tuple(o.operation_id for o in sources if o.subject_key == newer.subject_key),
         )
     active = channel.agent if channel is not None else None
     for op in sources:
@@ -368,18 +356,78 @@ def check_relevance(
             )
     for op in sources:
         if op.compensated_by is not None:
-            reason = (
-                f"needs_reconciliation: {op.operation_id} is being undone by "
-                f"{op.compensated_by}"
-            )
-            return Verdict(
-                "suppress",
-                reason,
-                reconcile=DeliveryReconciliationRequested(
-                    operation_ids=(op.operation_id,), reason=reason
-                ),
-            )
+            return _undone(op.operation_id, op.compensated_by)
     return None
+
+
+def _superseded(old: str, newer: OperationFacts, replaced: tuple[str, ...]) -> Verdict:
+    reason = (
+        f"stale_superseded: {newer.operation_id} is a newer intent on "
+        f"{newer.subject_key} than {old}"
+    )
+    return Verdict(
+        "supersede",
+        reason,
+        by_delivery_id=final_delivery_id(newer.batch_id or newer.operation_id),
+        reconcile=DeliveryReconciliationRequested(
+            operation_ids=replaced,
+            reason=reason,
+            newer_operation_id=newer.operation_id,
+            subject_key=newer.subject_key,
+        ),
+        stale=True,
+    )
+
+
+def _undone(operation_id: str, compensation_id: str) -> Verdict:
+    reason = f"needs_reconciliation: {operation_id} is being undone by {compensation_id}"
+    return Verdict(
+        "suppress",
+        reason,
+        reconcile=DeliveryReconciliationRequested(operation_ids=(operation_id,), reason=reason),
+    )
+
+
+def stale_after_turn(
+    delivery: DeliveryState,
+    superseded_by: Mapping[str, OperationFacts],
+    undone_by: Mapping[str, str],
+) -> Verdict | None:
+    """The gate's answer for an update a turn's own requests have just made stale.
+
+    A turn decides what rides on its reply only after admitting its calls, before the gate
+    has seen them: `superseded_by` maps an older operation to the newer intent that replaces
+    it, `undone_by` an operation to the compensation the user asked for. Same reasons as
+    `check_relevance`, so the record reads the same whoever decided.
+    """
+    sources = delivery.source_operation_ids
+    for op in sources:
+        newer = superseded_by.get(op)
+        if newer is not None:
+            replaced = tuple(
+                o for o in sources
+                if o in superseded_by and superseded_by[o].operation_id == newer.operation_id
+            )
+            return _superseded(op, newer, replaced)
+    for op in sources:
+        if op in undone_by:
+            return _undone(op, undone_by[op])
+    return None
+
+
+def refusal_events(delivery: DeliveryState, verdict: Verdict) -> list[DeliveryEvent]:
+    """What a relevance refusal appends: the reconciliation record once, then the decision."""
+    events: list[DeliveryEvent] = []
+    if verdict.reconcile is not None and delivery.reconciliation is None:
+        events.append(verdict.reconcile)
+    if verdict.action == "supersede":
+        events.append(DeliveryDecided(decision="supersede", reason=verdict.reason))
+        by = verdict.by_delivery_id or ""
+        events.append(DeliverySuperseded(by_delivery_id=by, reason=verdict.reason))
+    else:
+        events.append(DeliveryDecided(decision="suppress", reason=verdict.reason))
+        events.append(DeliverySuppressed(reason=verdict.reason))
+    return events
 
 
 def _newer_intent(
@@ -520,15 +568,7 @@ def decide_delivery(
     first = delivery.decision is None
     verdict = check_relevance(delivery, channel, ops, view.session_ops, view.finals)
     if verdict is not None:
-        if verdict.reconcile is not None and delivery.reconciliation is None:
-            events.append(verdict.reconcile)
-        if verdict.action == "supersede":
-            events.append(DeliveryDecided(decision="supersede", reason=verdict.reason))
-            by = verdict.by_delivery_id or ""
-            events.append(DeliverySuperseded(by_delivery_id=by, reason=verdict.reason))
-        else:
-            events.append(DeliveryDecided(decision="suppress", reason=verdict.reason))
-            events.append(DeliverySuppressed(reason=verdict.reason))
+        events.extend(refusal_events(delivery, verdict))
         return GateOutcome(
             events=events, first_decision=verdict.action if first else None, stale=verdict.stale
         )

@@ -40,7 +40,8 @@ def _classify(message: str) -> DecodeReason:
         return "unknown_type"
     if "$.schema_version" in message:
         return "wrong_version"
-    if message.startswith(("JSON is malformed", "Input data was truncated")):
+    # JSON text is UTF-8 by definition: bytes that are not are malformed, not a wrong field.
+    if message.startswith(("JSON is malformed", "Input data was truncated", "Invalid UTF-8")):
         return "malformed"
     return "invalid"
 

@@ -156,6 +156,7 @@ _REASONS_EN = {
     "not_compensable": "it cannot be undone",
     "unknown_operation": "I could not find it",
     "cancel_raced": "its state changed at that very moment; please ask again",
+    "handled_elsewhere": "it is already being handled in another conversation of yours",
 }
 _REASONS_ES = {
     "unknown_tool": "no es algo que pueda hacer aquí",
@@ -173,8 +174,11 @@ _REASONS_ES = {
     "not_compensable": "no se puede deshacer",
     "unknown_operation": "no la encuentro",
     "cancel_raced": "su estado cambió en ese mismo momento; pídemelo otra vez",
+    "handled_elsewhere": "ya se está gestionando en otra conversación tuya",
 }
 _ACTIVE = frozenset({"requested", "admitted", "running", "failed_retryable", "unknown"})
+# Admission's reason for a repeat that joined another session's operation.
+ELSEWHERE = "handled_elsewhere"
 
 
 def reason_words(reason: str | None, status: str, lang: Lang) -> str:
@@ -248,6 +252,31 @@ def _compensation_words(note: AdmissionNote, label: str, why: str, es: bool) -> 
     )
 
 
+def elsewhere_words(note: AdmissionNote, label: str, lang: Lang) -> str:
+    """A repeat that joined another conversation's operation: its result is told there only,
+    so this conversation is promised nothing."""
+    es = lang == "es"
+    if note.status == "committed":
+        return (
+            f"{label} ya estaba confirmado desde otra conversación tuya."
+            if es
+            else f"{label} was already confirmed from another conversation of yours."
+        )
+    if note.status in TERMINAL:
+        state = status_words(note.status, lang)
+        return (
+            f"{label} se pidió en otra conversación tuya y terminó así: {state}."
+            if es
+            else f"{label} was asked for in another conversation of yours and ended: {state}."
+        )
+    return (
+        f"{label} ya está en marcha desde otra conversación tuya; el resultado te llegará allí."
+        if es
+        else f"{label} is already under way from another conversation of yours; "
+        "you will get the result there."
+    )
+
+
 def _call_words(note: AdmissionNote, label: str, why: str, lang: Lang) -> str | None:
     """One call's sentence; None when it simply started (those are grouped)."""
     es = lang == "es"
@@ -259,6 +288,8 @@ def _call_words(note: AdmissionNote, label: str, why: str, lang: Lang) -> str | 
             return f"{label} necesita tu confirmación. {again}¿Lo hago? (sí/no)"
         again = "You already did this once. " if repeat else ""
         return f"{label} needs your confirmation. {again}Shall I go ahead? (yes/no)"
+    if (note.reason or "").partition(":")[0] == ELSEWHERE:
+        return elsewhere_words(note, label, lang)
     if note.reason or note.status == "rejected":
         return (
             f"No pude iniciar {label} porque {why}."

@@ -199,9 +199,23 @@ class SandboxExecutor:
             r for r in response.json().get("records", []) if r.get("kind") == self._route.kind
         ]
         if not records:
+            if await self._in_flight(call, timeout_s=timeout_s):
+                # The key is claimed by a request the provider is still working on: it may yet
+                # commit, so "absent" would be a lie. Ask again later.
+                return Lookup("error", detail="a request under this key is still in flight")
             return Lookup("absent")
         record = records[0]
         return lookup_from_record(record)
+
+    async def _in_flight(self, call: OperationCall, *, timeout_s: float) -> bool:
+        try:
+            response = await self._client.get(
+                "/v1/lookup", params={"key": call.idempotency_key}, timeout=timeout_s
+            )
+            response.raise_for_status()
+        except httpx.HTTPError:
+            return True  # unknown is not absent
+        return bool(response.json().get("in_flight"))
 
     async def poll(self, record_id: str, *, timeout_s: float) -> Lookup:
         """Read an async record's current state."""

@@ -38,25 +38,30 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         name=SERVICE, settings=bus, publishes=(Context.BATCHES, Context.DELIVERIES)
     )
     coordinator = Coordinator(runtime, settings, get_model(settings.model))
+    # One durable consumer per partition; each sees every message and works only on its own.
+    part = settings.partition
 
     def operations(rt: Runtime) -> DurableConsumer[Any]:
         spec = spec_for(
-            rt.topology, Context.OPERATIONS, durable=rt.topology.durable(SERVICE, "operations"),
+            rt.topology, Context.OPERATIONS,
+            durable=rt.topology.durable(SERVICE, "operations", part),
             ack_wait_s=bus.ack_wait_s, max_deliver=bus.max_deliver,
         )
         return DurableConsumer(
             rt.jetstream, spec, OPERATIONS, coordinator.on_operation, topology=rt.topology,
             source=Context.OPERATIONS, redelivery_backoff_s=bus.redelivery_backoff_s,
+            partition=part,
         )
 
     def batches(rt: Runtime) -> DurableConsumer[Any]:
         spec = spec_for(
-            rt.topology, Context.BATCHES, durable=rt.topology.durable(SERVICE, "batches"),
+            rt.topology, Context.BATCHES, durable=rt.topology.durable(SERVICE, "batches", part),
             ack_wait_s=bus.ack_wait_s, max_deliver=bus.max_deliver,
         )
         return DurableConsumer(
             rt.jetstream, spec, BATCHES, coordinator.on_batch, topology=rt.topology,
             source=Context.BATCHES, redelivery_backoff_s=bus.redelivery_backoff_s,
+            partition=part,
         )
 
     runtime.consumer_factories = [operations, batches]

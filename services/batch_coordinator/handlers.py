@@ -110,13 +110,16 @@ class Coordinator:
             js, topo.stream_name(Context.OPERATIONS), topo.context_filter(Context.OPERATIONS),
             OPERATIONS,
         )
+        owns = self._settings.partition.owns
         for op_item in ops.items:
-            self._fold_operation(op_item.envelope, op_item.stream_seq)
+            if owns(op_item.envelope.session_id):
+                self._fold_operation(op_item.envelope, op_item.stream_seq)
         batches = await replay(
             js, topo.stream_name(Context.BATCHES), topo.context_filter(Context.BATCHES), BATCHES
         )
         for item in batches.items:
-            self.batches.apply(item.envelope, item.stream_seq)
+            if owns(item.envelope.session_id):
+                self.batches.apply(item.envelope, item.stream_seq)
         self.hydrated.set()
         open_batches = [s for s in self.batches.states.values() if not s.closed]
         log.info("rebuilt %d batches (%d open)", len(self.batches.states), len(open_batches))

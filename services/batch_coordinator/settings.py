@@ -2,13 +2,16 @@
 
 `HOLDLINE_LANGUAGE` (default `en`) language of closing summaries (`en`, `es`).
 `HOLDLINE_MODEL` (default `mock`) model that explains final failures (libs.models).
+`HOLDLINE_PARTITIONS` (default 1) and `HOLDLINE_PARTITION` (default: the ordinal ending the pod
+name in `HOSTNAME`; 0 when N is 1): this process handles only the sessions of partition k of N.
 Broker settings come from `BusSettings.from_env()`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from libs.bus.topology import Partition
 from libs.config import BusSettings, env_str
 
 SERVICE = "batch-coordinator"
@@ -23,6 +26,7 @@ class Settings:
     bus: BusSettings
     language: str = "en"
     model: str = "mock"
+    partition: Partition = field(default_factory=Partition)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -31,4 +35,5 @@ class Settings:
             bus=BusSettings.from_env(),
             language=env_str("HOLDLINE_LANGUAGE", cls.language),
             model=env_str("HOLDLINE_MODEL", cls.model),
+            partition=Partition.from_env(),
         )

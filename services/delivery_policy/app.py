@@ -35,16 +35,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     bus = settings.bus
     runtime = PolicyRuntime(name=SERVICE, settings=bus, publishes=(Context.DELIVERIES,))
     gate = Gate(runtime, settings)
+    # One durable consumer per partition; each sees every message and works only on its own.
+    part = settings.partition
 
     def consumer(context: Context, codec: EventCodec[Any], handler: Any) -> ConsumerFactory:
         def build(rt: Runtime) -> DurableConsumer[Any]:
             spec = spec_for(
-                rt.topology, context, durable=rt.topology.durable(SERVICE, context.value),
+                rt.topology, context, durable=rt.topology.durable(SERVICE, context.value, part),
                 ack_wait_s=bus.ack_wait_s, max_deliver=bus.max_deliver,
             )
             return DurableConsumer(
                 rt.jetstream, spec, codec, handler, topology=rt.topology, source=context,
-                redelivery_backoff_s=bus.redelivery_backoff_s,
+                redelivery_backoff_s=bus.redelivery_backoff_s, partition=part,
             )
 
         return build

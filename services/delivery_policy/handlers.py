@@ -56,6 +56,7 @@ class Gate:
     def __init__(self, runtime: Runtime, settings: Settings) -> None:
         self._rt = runtime
         self._policy = settings.policy
+        self._partition = settings.partition
         self.state = GateProjections()
         self.hydrated = asyncio.Event()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -73,20 +74,24 @@ class Gate:
             js, topo.stream_name(Context.INTERACTION), topo.context_filter(Context.INTERACTION),
             INTERACTION,
         )
+        owns = self._partition.owns
         for i_item in interaction.items:
-            self.state.apply_interaction(i_item.envelope, i_item.stream_seq)
+            if owns(i_item.envelope.session_id):
+                self.state.apply_interaction(i_item.envelope, i_item.stream_seq)
         operations = await replay(
             js, topo.stream_name(Context.OPERATIONS), topo.context_filter(Context.OPERATIONS),
             OPERATIONS,
         )
         for o_item in operations.items:
-            self.state.apply_operation(o_item.envelope, o_item.stream_seq)
+            if owns(o_item.envelope.session_id):
+                self.state.apply_operation(o_item.envelope, o_item.stream_seq)
         deliveries = await replay(
             js, topo.stream_name(Context.DELIVERIES), topo.context_filter(Context.DELIVERIES),
             DELIVERIES,
         )
         for d_item in deliveries.items:
-            self.state.apply_delivery(d_item.envelope, d_item.stream_seq)
+            if owns(d_item.envelope.session_id):
+                self.state.apply_delivery(d_item.envelope, d_item.stream_seq)
         self.hydrated.set()
         sessions = list(self.state.sessions_with_open_deliveries())
         log.info("rebuilt gate state; %d sessions are owed a delivery", len(sessions))

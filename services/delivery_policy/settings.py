@@ -9,13 +9,16 @@ typing before a proactive delivery.
 window before it falls back to next-turn resync.
 `HOLDLINE_MAX_UNHEARD` (default 3) unheard attempts before next-turn resync.
 `HOLDLINE_LANGUAGE` (default `en`) conversation language used to pick quiet rules.
+`HOLDLINE_PARTITIONS` (default 1) and `HOLDLINE_PARTITION` (default: the ordinal ending the pod
+name in `HOSTNAME`; 0 when N is 1): this process handles only the sessions of partition k of N.
 Broker settings come from `BusSettings.from_env()`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from libs.bus.topology import Partition
 from libs.config import BusSettings, env_int, env_str
 from libs.domain.channel import GatePolicy, parse_quiet_rules
 
@@ -30,6 +33,7 @@ class Settings:
 
     bus: BusSettings
     policy: GatePolicy
+    partition: Partition = field(default_factory=Partition)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -44,4 +48,5 @@ class Settings:
                 max_unheard=env_int("HOLDLINE_MAX_UNHEARD", defaults.max_unheard),
                 language=env_str("HOLDLINE_LANGUAGE", defaults.language),
             ),
+            partition=Partition.from_env(),
         )

@@ -4,13 +4,18 @@ Bodies are read with a byte limit (a larger body is drained and answered 413, so
 always gets its answer) and decoded with msgspec into strict types: malformed JSON or
 invalid UTF-8 → 400, wrong types or missing fields → 422, all as problem+json. A session
 call without a bearer token is 401; a token that is not this session's is 404, exactly as
-for a session that does not exist.
+for a session that does not exist. A token older than `HOLDLINE_TOKEN_TTL_S` is 401
+(`token-expired`); writes beyond the session's or tenant's rate are 429 with `Retry-After`,
+refused before anything is appended. `DELETE /v1/sessions/{id}` closes and erases a session:
+afterwards it answers 404 like any session that does not exist.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
@@ -18,6 +23,7 @@ import httpx
 import msgspec
 from fastapi import APIRouter, FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
 
 from libs import metrics
 from libs.bus import ConcurrencyConflict, Context, InvalidSubjectToken, append, token
@@ -27,15 +33,17 @@ from libs.events import (
     AgentHandedOff,
     Envelope,
     InteractionEvent,
+    SessionClosed,
     SessionOpened,
     UserActivity,
 )
-from libs.problems import problem
+from libs.problems import PROBLEM_JSON, problem
 from libs.service import Runtime
 
 from .auth import api_key_ok, bearer, hash_token, new_id, new_token, token_matches
 from .diagnosis import diagnose
-from .projections import SurfaceView, decode_cursor
+from .projections import ERASED, SurfaceView, decode_cursor
+from .ratelimit import RateLimited, RateLimiter
 from .settings import Settings
 from .snapshot import build_snapshot, causal_order, timeline_item
 from .stream import SessionStream
@@ -44,6 +52,11 @@ from .turns import TurnBusy, TurnInput, TurnPending, Turns
 log = logging.getLogger(__name__)
 
 Id = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+# Part of a KV key: dots only between characters (a leading, trailing or double dot is
+# an invalid key, which would fail the turn after validation instead of before it).
+ClientTurnId = Annotated[
+    str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$", max_length=64)
+]
 # Drained beyond the limit so the client reads its 413; past this we stop reading.
 _DRAIN_LIMIT = 64 * 1024 * 1024
 
@@ -60,7 +73,7 @@ class TurnBody(msgspec.Struct, frozen=True, kw_only=True):
     """`POST /v1/sessions/{id}/turns`."""
 
     text: str
-    client_turn_id: Id | None = None
+    client_turn_id: ClientTurnId | None = None
 
 
 class ActivityBody(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,22 +89,41 @@ class HandoffBody(msgspec.Struct, frozen=True, kw_only=True):
     context: Literal["fresh", "carried"] | None = None
 
 
+# The bodies each route decodes itself, published in the OpenAPI document (libs.openapi).
+BODIES: dict[tuple[str, str], type[Any]] = {
+    ("/v1/sessions", "post"): CreateSessionBody,
+    ("/v1/sessions/{session_id}/turns", "post"): TurnBody,
+    ("/v1/sessions/{session_id}/activity", "post"): ActivityBody,
+    ("/v1/sessions/{session_id}/handoff", "post"): HandoffBody,
+}
+
 B = TypeVar("B")
 
 
 class ProblemError(Exception):
     """Raised inside a handler; answered as problem+json."""
 
-    def __init__(self, status: int, title: str, detail: str = "", **extra: Any) -> None:
+    def __init__(
+        self,
+        status: int,
+        title: str,
+        detail: str = "",
+        *,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(detail or title)
         self.status = status
         self.title = title
         self.detail = detail
+        self.headers = headers or {}
         self.extra = extra
 
     def response(self) -> JSONResponse:
         """The problem+json answer."""
-        return problem(self.status, self.title, self.detail, **self.extra)
+        answer = problem(self.status, self.title, self.detail, **self.extra)
+        answer.headers.update(self.headers)
+        return answer
 
 
 def _not_found() -> ProblemError:
@@ -132,6 +164,29 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+class ProblemOut(BaseModel):
+    """RFC 9457 problem details, as every error of this API is answered."""
+
+    type: str
+    title: str
+    status: int
+    detail: str = ""
+
+
+class ErasedOut(BaseModel):
+    """`DELETE /v1/sessions/{id}`: the session is closed and its texts erased."""
+
+    session_id: str
+    status: Literal["erased"]
+    pending_operations: list[str]
+
+
+def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    # Documented so OpenAPI clients (and the hostile-input suite) know every error shape.
+    content = {PROBLEM_JSON: {"schema": ProblemOut.model_json_schema()}}
+    return {code: {"model": ProblemOut, "content": content} for code in statuses}
+
+
 @dataclass
 class Surface:
     """What the handlers share, filled in at start-up."""
@@ -141,6 +196,25 @@ class Surface:
     settings: Settings
     turns: Turns | None = None
     http: httpx.AsyncClient | None = None
+    limiter: RateLimiter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limiter = RateLimiter(self.settings.rate_session, self.settings.rate_tenant)
+
+    def limit(self, state: SessionState) -> None:
+        """Take this write's tokens, or answer 429 having written nothing."""
+        try:
+            self.limiter.admit(state.session_id, state.tenant_id)
+        except RateLimited as exc:
+            log.info("%s rate limit refused a write of session %s", exc.scope, state.session_id)
+            raise ProblemError(
+                429,
+                "Too many requests",
+                f"the {exc.scope} rate limit is exceeded; retry after {exc.retry_after} s",
+                headers={"Retry-After": str(exc.retry_after)},
+                slug="rate-limited",
+                scope=exc.scope,
+            ) from None
 
     async def session(self, session_id: str, authorization: str | None) -> SessionState:
         """The session if the bearer token is its own; 401 without one, 404 otherwise."""
@@ -164,7 +238,22 @@ class Surface:
             state = self.view.session(session_id)
         if not token_matches(state, presented) or state is None:
             raise _not_found()
+        self._check_expiry(session_id)
         return state
+
+    def _check_expiry(self, session_id: str) -> None:
+        # Only the holder of the right token learns that it expired; others get the 404.
+        ttl = self.settings.token_ttl_s
+        found = self.view.log(session_id)
+        if ttl <= 0 or found is None or found.opened_at is None:
+            return
+        if (_now() - found.opened_at).total_seconds() > ttl:
+            raise ProblemError(
+                401,
+                "Unauthorized",
+                "the session token expired; open a new session",
+                slug="token-expired",
+            )
 
     async def append_interaction(
         self, session_id: str, event: InteractionEvent, *, expect: bool, **ids: Any
@@ -233,7 +322,10 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
             {"session_id": session_id, "token": issued, "agent": agent}, status_code=201
         )
 
-    @router.post("/v1/sessions/{session_id}/turns")
+    @router.post(
+        "/v1/sessions/{session_id}/turns",
+        responses=_problems(400, 401, 404, 409, 413, 422, 429),
+    )
     async def turn(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
         body = decode_body(await read_body(request, settings.max_body_bytes), TurnBody)
@@ -245,7 +337,8 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
                 422, "Invalid request", f"text is longer than {settings.max_text_chars} characters"
             )
         if state.closed:
-            raise ProblemError(409, "Conflict", "the session is closed")
+            raise ProblemError(409, "Conflict", "the session is closed", slug="session-closed")
+        surface.limit(state)
         assert surface.turns is not None
         try:
             answer = await surface.turns.handle(
@@ -261,12 +354,23 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
             ) from None
         return JSONResponse(answer)
 
+    @router.delete(
+        "/v1/sessions/{session_id}",
+        response_model=ErasedOut,
+        responses=_problems(401, 404, 409),
+    )
+    async def erase(session_id: str, request: Request) -> Response:
+        state = await surface.session(session_id, request.headers.get("authorization"))
+        pending = await erase_session(surface, state)
+        return JSONResponse(
+            {"session_id": session_id, "status": "erased", "pending_operations": pending}
+        )
 
 
 def _read_routes(router: APIRouter, surface: Surface) -> None:
     settings = surface.settings
 
-    @router.get("/v1/sessions/{session_id}")
+    @router.get("/v1/sessions/{session_id}", responses=_problems(401, 404))
     async def snapshot(session_id: str, request: Request) -> Response:
         await surface.session(session_id, request.headers.get("authorization"))
         await surface.view.sync()
@@ -285,7 +389,7 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
             )
         )
 
-    @router.get("/v1/sessions/{session_id}/timeline")
+    @router.get("/v1/sessions/{session_id}/timeline", responses=_problems(401, 404))
     async def timeline(session_id: str, request: Request) -> Response:
         await surface.session(session_id, request.headers.get("authorization"))
         await surface.view.sync()
@@ -296,19 +400,28 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
             {"session_id": session_id, "events": items, "diagnosis": diagnose(items)}
         )
 
-    @router.post("/v1/sessions/{session_id}/activity", status_code=202)
+    @router.post(
+        "/v1/sessions/{session_id}/activity",
+        status_code=202,
+        responses=_problems(400, 401, 404, 413, 422, 429),
+    )
     async def activity(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
         body = decode_body(await read_body(request, settings.max_body_bytes), ActivityBody)
+        surface.limit(state)
         await surface.append_interaction(
             session_id, UserActivity(typing=body.typing), expect=False, agent=state.agent
         )
         return JSONResponse({"typing": body.typing}, status_code=202)
 
-    @router.post("/v1/sessions/{session_id}/handoff")
+    @router.post(
+        "/v1/sessions/{session_id}/handoff",
+        responses=_problems(400, 401, 404, 409, 413, 422, 429),
+    )
     async def handoff(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
         body = decode_body(await read_body(request, settings.max_body_bytes), HandoffBody)
+        surface.limit(state)
         context = body.context or settings.handoff_context
         pending = [
             o.operation_id for o in surface.view.session_operations(session_id) if not o.terminal
@@ -345,6 +458,44 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
             return
         await websocket.accept()
         await SessionStream(surface.view, websocket, session_id).run(after)
+
+
+async def erase_session(surface: Surface, state: SessionState) -> list[str]:
+    """Close the session, then purge its interaction events (texts included) from the stream.
+
+    Operations keep running to their business outcome; the policy suppresses what would have
+    been said. Returns the operations still pending.
+    """
+    session_id = state.session_id
+    pending = [
+        o.operation_id for o in surface.view.session_operations(session_id) if not o.terminal
+    ]
+    await surface.append_interaction(
+        session_id, SessionClosed(reason=ERASED), expect=True, agent=state.agent
+    )
+    found = surface.view.log(session_id)
+    assert found is not None
+    closed_seq = found.session_seq
+    # A turn being answered still writes its reply: wait for it (bounded) so the purge
+    # takes that text too.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + surface.settings.turn_wait_s
+    while found.open_turn is not None and loop.time() < deadline:
+        await surface.view.wait_session_change(session_id, deadline - loop.time())
+    if found.session_seq != closed_seq:
+        # Something landed after the close: end the subject with the marker again.
+        await surface.append_interaction(
+            session_id, SessionClosed(reason=ERASED), expect=False, agent=state.agent
+        )
+    # Everything of the subject but its last message (the close) is deleted for good.
+    topology = surface.runtime.topology
+    await surface.runtime.jetstream.purge_stream(
+        topology.stream_name(Context.INTERACTION),
+        subject=topology.session_subject(session_id),
+        keep=1,
+    )
+    log.info("session %s erased; %d operations still pending", session_id, len(pending))
+    return pending
 
 
 async def _deny(websocket: WebSocket, response: Response) -> None:
@@ -404,8 +555,25 @@ def build_demo_router(surface: Surface) -> APIRouter:
     return router
 
 
+_TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s\"']+")
+
+
+class RedactTokens(logging.Filter):
+    """Hides `?token=` values: uvicorn logs every WebSocket's path with its query string."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        """Rewrite the record's message without the token; never drop the record."""
+        message = record.getMessage()
+        if "token=" in message:
+            record.msg = _TOKEN_IN_QUERY.sub(r"\1<redacted>", message)
+            record.args = None
+        return True
+
+
 def install(app: FastAPI, surface: Surface) -> None:
     """Routes plus the problem answer for ProblemError."""
+    for name in ("uvicorn.error", "uvicorn.access", "uvicorn"):
+        logging.getLogger(name).addFilter(RedactTokens())
 
     @app.exception_handler(ProblemError)
     async def on_problem(_request: Request, exc: ProblemError) -> Response:

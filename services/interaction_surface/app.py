@@ -23,11 +23,12 @@ from libs.config import env_str
 from libs.events import DELIVERIES
 from libs.models import model_from_env
 from libs.models.interface import ConversationModel
+from libs.openapi import publish
 from libs.problems import install_problem_handlers
 from libs.service import Runtime, create_service_app
 from libs.tools import default_registry
 
-from .api import Surface, install
+from .api import BODIES, Surface, install
 from .deliveries import DeliveryExecutor
 from .projections import SurfaceView
 from .settings import Settings
@@ -114,6 +115,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await start_voice(telephony, surface, lambda: holder.get("executor"))
 
     async def on_stop() -> None:
+        if telephony.sweeper is not None:
+            telephony.sweeper.cancel()
         await view.close()
         await load_view.close()
         if surface.http is not None:
@@ -125,6 +128,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     install(app, surface)
     telephony = install_voice(app, surface, calls)
+    publish(app, BODIES)
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

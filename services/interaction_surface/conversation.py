@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import msgspec
 
+from libs.admission import ELSEWHERE
 from libs.domain import DeliveryState, OperationState
 from libs.domain.delivery import WAITING_DECISIONS, DeliveryStatus
 from libs.domain.operation import TERMINAL, OpStatus
@@ -22,7 +24,9 @@ from libs.models.interface import (
     LiveOperation,
     PendingUpdate,
     ToolSpec,
+    TurnReply,
 )
+from libs.models.phrasing import base_language, elsewhere_words, join_text, pending_preamble
 from libs.tools import ToolDeclaration
 from libs.tools.labels import label_of
 
@@ -119,6 +123,37 @@ def pending_updates(deliveries: Iterable[DeliveryState]) -> list[PendingUpdate]:
     ]
 
 
+def reworded(
+    reply: TurnReply,
+    offered: Sequence[PendingUpdate],
+    kept: Sequence[PendingUpdate],
+    lang: str,
+) -> TurnReply:
+    """The model's reply, worded for the updates that really ride on it.
+
+    The model words the updates it was offered before admission; one dropped since (made
+    stale by this turn, or said elsewhere meanwhile) must not be in the text. Models put
+    the shared preamble first, so it is swapped for the kept set's; a reply that worded the
+    updates its own way cannot be cut safely, so its words give way to the preamble.
+    """
+    kept_ids = {u.delivery_id for u in kept}
+    if all(u.delivery_id in kept_ids for u in offered):
+        return reply
+    lead = pending_preamble(offered, lang)
+    text = reply.text.strip()
+    if lead and text.startswith(lead):
+        body = text[len(lead):]
+    elif any(u.text.strip() and u.text.strip() in text for u in offered):
+        body = ""
+    else:
+        body = text
+    return replace(
+        reply,
+        text=join_text([pending_preamble(kept, lang), body]),
+        attached=tuple(u.delivery_id for u in kept),
+    )
+
+
 def with_updates(text: str, updates: Sequence[PendingUpdate], mentioned: Iterable[str]) -> str:
     """The reply, followed by every attached update the model did not already word itself.
 
@@ -145,10 +180,12 @@ def apology(language: str) -> str:
 def fallback_acceptance(notes: Sequence[AdmissionNote], language: str) -> str:
     """An acceptance that says what started and what did not, and claims nothing done."""
     spanish = language.startswith("es")
-    started = [n.label for n in notes if n.status in ("admitted", "running")]
-    waiting = [n for n in notes if n.status == "awaiting_confirmation"]
-    refused = [n for n in notes if n.status == "rejected"]
-    cancelling = [n.label for n in notes if n.status == "cancel_requested"]
+    joined = [n for n in notes if n.reason == ELSEWHERE]
+    own = [n for n in notes if n.reason != ELSEWHERE]
+    started = [n.label for n in own if n.status in ("admitted", "running") and not n.reason]
+    waiting = [n for n in own if n.status == "awaiting_confirmation"]
+    refused = [n for n in own if n.status == "rejected"]
+    cancelling = [n.label for n in own if n.status == "cancel_requested"]
     parts: list[str] = []
     if started:
         items = ", ".join(started)
@@ -162,6 +199,8 @@ def fallback_acceptance(notes: Sequence[AdmissionNote], language: str) -> str:
         or (f"¿Confirmas {note.label}?" if spanish else f"Shall I go ahead with {note.label}?")
         for note in waiting
     )
+    # Told in the other conversation only: no promise here.
+    parts.extend(elsewhere_words(n, n.label, base_language(language)) for n in joined)
     for note in refused:
         why = note.reason or "rejected"
         parts.append(

@@ -17,6 +17,14 @@ over delivery is `delivery.sent` (channel voice) and spoken on the call with a m
 after its id, in a task of its own so an urgent one can still cut in. A clean mark →
 the message in history + `delivery.spoken`; a clear or a hang-up → `delivery.unheard`
 with the played milliseconds (nothing in history), and the policy requeues it shorter.
+
+Several surfaces: the deliveries consumer is shared, so a delivery handed over for a call
+may reach a process that does not hold the call. That process leaves it alone while the
+call's owner is alive (`CallOwnership`); the owner watches its calls' sessions and speaks
+it. A call whose owner died (its key expired) is settled by whichever surface sweeps first
+(at start-up, then every TTL): `channel.disconnected` (reason `owner_lost`) for the call,
+then `delivery.unheard` (reason `call_lost`) for what it left `sent`, so the policy puts the
+delivery back and the next contact, by call or chat, gets it once.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from libs import metrics
 from libs.bus import ConcurrencyConflict, Context, Received, append
@@ -33,6 +41,7 @@ from libs.domain.delivery import DeliveryStatus
 from libs.events import (
     DELIVERIES,
     INTERACTION,
+    ChannelDisconnected,
     DeliveryAttached,
     DeliveryDelivered,
     DeliveryEvent,
@@ -51,7 +60,7 @@ from .settings import Settings
 
 if TYPE_CHECKING:
     from .playback import Settled
-    from .telephony import Call, CallRegistry
+    from .telephony import Call, CallOwnership, CallRegistry
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +91,9 @@ class DeliveryExecutor:
         self._calls = calls
         # Deliveries this process is playing on a call, by id.
         self._speaking: dict[str, asyncio.Task[None]] = {}
+        # Set once voice starts; without it every call is taken to be alive (one process).
+        self.ownership: CallOwnership | None = None
+        self._watchers: set[asyncio.Task[None]] = set()
 
     async def on_delivery(self, received: Received[DeliveryEvent]) -> None:
         """Consumer handler: act on the delivery's current state."""
@@ -101,6 +113,9 @@ class DeliveryExecutor:
             try:
                 if state.handed_off and call is not None:
                     await self._speak(state, call)
+                elif state.handed_off and await self._live_calls(state.session_id):
+                    # Another surface holds the call: its watcher says it.
+                    return
                 elif state.handed_off:
                     await self._send(state)
                 elif state.status is DeliveryStatus.SENT and self._sent_on_voice(state):
@@ -190,11 +205,76 @@ class DeliveryExecutor:
         return None
 
     async def _orphaned(self, state: DeliveryState) -> None:
-        """Sent to a call this process does not hold: unheard once no call is attached."""
-        session = self._view.session(state.session_id)
-        if session is not None and any(c.startswith("call_") for c in session.connections):
+        """Sent to a call this process does not hold: unheard once no call is alive."""
+        if await self._live_calls(state.session_id):
             return
-        await self._append(state, DeliveryUnheard(played_ms=0, reason="call_ended"))
+        dead = self._calls_of(state.session_id)
+        for connection_id in dead:
+            await self._write_lost(state, connection_id)
+        reason = "call_lost" if dead else "call_ended"
+        current = self._view.deliveries.get(state.delivery_id)
+        if current is not None and current.status is DeliveryStatus.SENT:
+            await self._append(current, DeliveryUnheard(played_ms=0, reason=reason))
+
+    def _calls_of(self, session_id: str) -> list[str]:
+        session = self._view.session(session_id)
+        connections = session.connections if session is not None else frozenset()
+        return sorted(c for c in connections if c.startswith("call_"))
+
+    async def _live_calls(self, session_id: str) -> bool:
+        """Whether a call of the session is attached to a live surface (this one or not)."""
+        calls = self._calls_of(session_id)
+        if self.ownership is None:
+            return bool(calls)
+        for connection_id in calls:
+            if await self.ownership.owner_of(connection_id) is not None:
+                return True
+        return False
+
+    async def _write_lost(self, state: DeliveryState, connection_id: str) -> None:
+        """The call's process died without recording its end: record it for it."""
+        env = Envelope(
+            event_id=new_id("ev"),
+            occurred_at=_now(),
+            session_id=state.session_id,
+            event=ChannelDisconnected(
+                channel="voice", connection_id=connection_id, reason="owner_lost"
+            ),
+        )
+        # Several sweepers may find the same dead call: one record.
+        await self._append_interaction(env, f"owner-lost-{connection_id}")
+
+    # ------------------------------------------------------------------ several surfaces
+
+    def watch(self, call: Call) -> None:
+        """Say on `call` whatever is handed over for its session, whoever consumed it."""
+        task = asyncio.create_task(self._watch(call))
+        self._watchers.add(task)
+        task.add_done_callback(self._watchers.discard)
+
+    async def _watch(self, call: Call) -> None:
+        while not call.closed:
+            for state in self._view.session_deliveries(call.session_id):
+                if state.handed_off and state.delivery_id not in self._speaking:
+                    try:
+                        await self.execute(state.delivery_id)
+                    except Exception:
+                        log.exception("delivery %s: not executed", state.delivery_id)
+            await self._view.wait_session_change(call.session_id, 1.0)
+
+    async def sweep(self) -> int:
+        """Settle deliveries left `sent` on calls nobody holds any more; how many were looked at."""
+        stuck = [
+            d.delivery_id for d in list(self._view.deliveries.states.values())
+            if d.status is DeliveryStatus.SENT and d.delivery_id not in self._speaking
+            and self._sent_on_voice(d)
+        ]
+        for delivery_id in stuck:
+            try:
+                await self.execute(delivery_id)
+            except Exception:
+                log.exception("delivery %s: sweep failed", delivery_id)
+        return len(stuck)
 
     # ------------------------------------------------------------------ chat
 
@@ -255,13 +335,17 @@ class DeliveryExecutor:
             agent=self._active_agent(state),
             event=TurnReplied(text=state.text),
         )
+        # One message per delivery even if two writers race inside the dedup window.
+        await self._append_interaction(env, f"message-{state.delivery_id}")
+
+    async def _append_interaction(self, env: Envelope[Any], msg_id: str) -> None:
+        """An interaction event written once under `msg_id`, then seen by the view."""
         ack = await append(
             self._rt.jetstream,
             INTERACTION,
-            self._rt.topology.session_subject(state.session_id),
+            self._rt.topology.session_subject(env.session_id),
             env,
-            # One message per delivery even if two writers race inside the dedup window.
-            msg_id=f"message-{state.delivery_id}",
+            msg_id=msg_id,
         )
         metrics.EVENTS_PUBLISHED.labels(stream="interaction").inc()
         if not ack.duplicate:

@@ -79,6 +79,11 @@ def heard_prefix(text: str, played_ms: int, duration_ms: int) -> str:
     return " ".join(words)
 
 
+def unheard_rest(text: str, heard: str) -> str:
+    """The words of `text` after its heard prefix `heard` (what a resume has to say)."""
+    return " ".join(text.split()[len(heard.split()) :])
+
+
 @dataclass
 class PlaybackLedger:
     """The utterances pending on one call, in the order they were sent."""

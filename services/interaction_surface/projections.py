@@ -26,7 +26,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from libs.bus import Context, Topology
+from libs.bus import EVENT_CODECS, Context, Topology
 from libs.domain import (
     BatchState,
     DeliveryState,
@@ -39,15 +39,11 @@ from libs.domain import (
     session,
 )
 from libs.events import (
-    BATCHES,
-    CONTROL,
-    DELIVERIES,
-    INTERACTION,
-    OPERATIONS,
     AgentHandedOff,
     Envelope,
-    EventCodec,
     EventDecodeError,
+    SessionClosed,
+    SessionOpened,
     TurnReceived,
     TurnReplied,
 )
@@ -62,16 +58,14 @@ STREAMS: tuple[Context, ...] = (
     Context.BATCHES,
     Context.DELIVERIES,
 )
-_CODECS: dict[Context, EventCodec[Any]] = {
-    Context.INTERACTION: INTERACTION,
-    Context.CONTROL: CONTROL,
-    Context.OPERATIONS: OPERATIONS,
-    Context.BATCHES: BATCHES,
-    Context.DELIVERIES: DELIVERIES,
-}
 _INDEX = {context: i for i, context in enumerate(STREAMS)}
 
 Cursor = tuple[int, ...]
+
+# `session.closed` with this reason erases the session: its interaction events (texts
+# included) leave every projection here, and `DELETE /v1/sessions/{id}` purges them from the
+# stream, so a rebuilt view never sees them either.
+ERASED = "erased"
 
 
 def encode_cursor(cursor: Cursor) -> str:
@@ -124,6 +118,10 @@ class SessionLog:
     context_from: int = 0
     # Deliveries whose text is already in the visible history.
     written: set[str] = field(default_factory=set)
+    # When `session.opened` was written: the token's issue time.
+    opened_at: datetime | None = None
+    # Erased: no interaction event of the session is kept or shown any more.
+    erased: bool = False
 
     @property
     def session_seq(self) -> int:
@@ -281,6 +279,10 @@ class SurfaceView:
                         found.open_turn = None
                 elif isinstance(event, AgentHandedOff) and event.context == "fresh":
                     found.context_from = len(state.messages) if state is not None else 0
+                elif isinstance(event, SessionOpened):
+                    found.opened_at = env.occurred_at
+                elif isinstance(event, SessionClosed) and event.reason == ERASED:
+                    self._erase(found)
             case Context.OPERATIONS:
                 if env.operation_id and env.operation_id not in self.operations.states:
                     found.operation_ids.append(env.operation_id)
@@ -296,7 +298,8 @@ class SurfaceView:
             case _:
                 pass
         entry = Entry(stream=context, seq=seq, envelope=env, cursor=tuple(found.high))
-        found.entries.append(entry)
+        if not (found.erased and context is Context.INTERACTION):
+            found.entries.append(entry)
         for listener in list(found.listeners):
             try:
                 listener(entry)
@@ -304,6 +307,12 @@ class SurfaceView:
                 log.exception("listener of session %s failed", env.session_id)
         found.changed.set()
         found.changed = asyncio.Event()
+
+    def _erase(self, found: SessionLog) -> None:
+        # The session is gone for every reader: no state, no texts, no token to match.
+        found.erased = True
+        self.sessions.states.pop(found.session_id, None)
+        found.entries = [e for e in found.entries if e.stream is not Context.INTERACTION]
 
     def _advance(self, context: Context, seq: int) -> None:
         if seq <= self.applied[context]:
@@ -341,7 +350,7 @@ class SurfaceView:
     def _handler(
         self, context: Context, target: int, pending: set[Context]
     ) -> Callable[[Msg], Any]:
-        codec = _CODECS[context]
+        codec = EVENT_CODECS[context]
 
         async def on_msg(msg: Msg) -> None:
             seq = msg.metadata.sequence.stream

@@ -12,6 +12,11 @@
 - `HOLDLINE_DEMO` (1): serve the demo's fault-injection proxy (`/v1/demo/faults`)
 - `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): where that proxy sends faults
 - `HOLDLINE_LANGUAGE` (`en`): the default language of turns
+- `HOLDLINE_TOKEN_TTL_S` (86400): a session token is refused (401) this long after the
+  session was opened (`session.opened`'s `occurred_at` is the issue time); 0 = never
+- `HOLDLINE_RATE_SESSION` `burst/per_second` (`30/5`) and `HOLDLINE_RATE_TENANT`
+  (`1000/100`): token buckets for session writes (turns, activity, handoff) per session
+  and per tenant; beyond them 429 problem+json with `Retry-After`; `0` disables one
 """
 
 from __future__ import annotations
@@ -36,6 +41,24 @@ def parse_api_keys(text: str) -> dict[str, str]:
     return keys
 
 
+def parse_rate(name: str, text: str) -> tuple[float, float]:
+    """`burst/per_second` (a bare `0` disables the limit: an infinite bucket)."""
+    if text.strip() == "0":
+        return (0.0, 0.0)
+    burst, sep, rate = text.partition("/")
+    try:
+        parsed = (float(burst), float(rate))
+    except ValueError:
+        parsed = (-1.0, -1.0)
+    if not sep or parsed[0] < 1 or parsed[1] <= 0:
+        raise ValueError(f"{name} must be burst/per_second (e.g. 20/2) or 0, got {text!r}")
+    return parsed
+
+
+def _rate(name: str, default: str) -> tuple[float, float]:
+    return parse_rate(name, env_str(name, default))
+
+
 @dataclass(frozen=True, slots=True)
 class Settings:
     """Everything the surface reads from its environment."""
@@ -54,6 +77,9 @@ class Settings:
     demo: bool = True
     provider_url: str = "http://127.0.0.1:8090"
     language: str = "en"
+    token_ttl_s: float = 86400.0
+    rate_session: tuple[float, float] = (30.0, 5.0)
+    rate_tenant: tuple[float, float] = (1000.0, 100.0)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -76,4 +102,7 @@ class Settings:
             demo=env_bool("HOLDLINE_DEMO", default=True),
             provider_url=env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8090"),
             language=env_str("HOLDLINE_LANGUAGE", "en"),
+            token_ttl_s=env_float("HOLDLINE_TOKEN_TTL_S", 86400.0),
+            rate_session=_rate("HOLDLINE_RATE_SESSION", "30/5"),
+            rate_tenant=_rate("HOLDLINE_RATE_TENANT", "1000/100"),
         )

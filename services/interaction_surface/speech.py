@@ -3,10 +3,12 @@
 - `TextToSpeech.stream(text)` yields μ-law 8 kHz chunks as they are synthesized, so the
   first audio reaches the call before the whole sentence is rendered.
 - `SpeechToText.session()` returns a `Recognizer` fed PCM16 8 kHz frames as they arrive;
-  `finish()` gives the utterance's final text.
+  `finish()` gives the utterance's final text; a cloud recognizer (`StreamingRecognizer`)
+  is awaited for it instead (`final_text`).
 
 Engines are chosen by name (`HOLDLINE_TTS`, `HOLDLINE_STT`) from a registry, so a cloud
-engine plugs in with `register_tts` / `register_stt` from a user's module.
+engine plugs in with `register_tts` / `register_stt` from a user's module. `deepgram`
+(cloud_speech.py) is built in for both.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import contextlib
 import shutil
 import struct
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from libs.config import env_int, env_str
 
@@ -48,6 +50,22 @@ class Recognizer(Protocol):
     def finish(self) -> str:
         """The final transcript ('' when nothing was recognised)."""
         ...
+
+
+@runtime_checkable
+class StreamingRecognizer(Recognizer, Protocol):
+    """A recognizer whose transcript comes from elsewhere (a cloud stream) and may lag."""
+
+    async def final(self) -> str:
+        """End the utterance and wait, bounded, for its last results."""
+        ...
+
+
+async def final_text(recognizer: Recognizer) -> str:
+    """The utterance's transcript; a streaming engine gets to deliver its last results."""
+    if isinstance(recognizer, StreamingRecognizer):
+        return await recognizer.final()
+    return recognizer.finish()
 
 
 class SpeechToText(Protocol):
@@ -147,6 +165,20 @@ def stt_from_env() -> SpeechToText | None:
     return _STT[name]()
 
 
+def _deepgram_tts() -> TextToSpeech:
+    from .cloud_speech import DeepgramTts  # noqa: PLC0415 - imports this module
+
+    return DeepgramTts.from_env()
+
+
+def _deepgram_stt() -> SpeechToText:
+    from .cloud_speech import DeepgramStt  # noqa: PLC0415 - imports this module
+
+    return DeepgramStt.from_env()
+
+
+register_tts("deepgram", _deepgram_tts)
+register_stt("deepgram", _deepgram_stt)
 register_tts(
     "espeak",
     lambda: EspeakTts(

@@ -11,6 +11,25 @@ awaited on the bus before it), settles every pending utterance as unheard with i
 milliseconds, cancels TTS and any reply still being generated, then records
 `control.barge_in`, `playback.finished` and, for a cut reply, `reply.truncated` (history
 keeps only heard words). Operations are untouched: cancelling business is a turn's job.
+
+False interruptions (a cough, a door): with a recognizer on the call, the utterances a
+barge-in cut are suspended rather than settled. If the caller's speech ends with no words
+and `false_interruption_ms` of quiet follows, the agent resumes from the first unheard word
+(a new utterance, mark `<playback id>.resume<n>`, recorded with `playback.started` /
+`playback.finished` and the same delivery/response ids) and the cut utterance settles as
+heard only if the resumed rest is heard; history then holds the text once. Words in the
+caller's speech make the interruption real: the suspended utterances settle unheard.
+Resuming rather than repeating: the caller already heard the prefix, and a repeat would
+make the history's single copy of the text untrue about what was said twice.
+
+DTMF: a key press is caller input. During a pending confirmation `1` means yes and `2`
+means no; any other digits are collected until `#` or a pause and become the turn's text.
+Either way the call runs a turn recorded as `turn.received` (channel voice) whose
+`client_turn_id` is `dtmf-<call>-<n>`, so the key press is visible and never applied twice.
+
+Several surface processes share the streams; a call lives in exactly one of them. Its
+owner is a KV key per call (`CallOwnership`), refreshed while the call lasts in a bucket
+whose entries expire, so a process killed mid-call stops owning its calls within one TTL.
 """
 
 from __future__ import annotations
@@ -35,6 +54,8 @@ from xml.sax.saxutils import quoteattr
 import msgspec
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import Response
+from nats.js.errors import KeyNotFoundError
+from nats.js.kv import KeyValue
 
 from libs import metrics
 from libs.bus import append
@@ -56,11 +77,12 @@ from libs.events import (
     SpeechStarted,
     SpeechStopped,
 )
+from libs.problems import problem
 
 from .auth import hash_token, new_id, new_token
 from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_ms, ulaw_to_pcm16
-from .playback import PlaybackLedger, Settled
-from .speech import Recognizer, SpeechToText, TextToSpeech
+from .playback import PlaybackLedger, Settled, unheard_rest
+from .speech import Recognizer, SpeechToText, TextToSpeech, final_text
 from .vad import VadConfig, VadEvent, VoiceActivity
 
 log = logging.getLogger(__name__)
@@ -69,10 +91,15 @@ FRAMES_REJECTED = metrics.TELEPHONY_FRAMES_REJECTED
 CALLS = metrics.TELEPHONY_CALLS
 
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+# The largest text frame read from a phone stream; a bigger one closes the stream (1009).
+_MAX_FRAME_CHARS = 64 * 1024
 # Outbound media message size: 100 ms of μ-law, small enough that a clear cuts promptly.
 _MEDIA_BYTES = 800
 _WALL_FRAMES = 256
 _PREROLL_FRAMES = 15
+# A resumed rest that is cut and proves false again resumes at most this many times.
+_MAX_RESUMES = 2
+_RESUME = ".resume"
 
 
 def twilio_signature(auth_token: str, url: str, params: dict[str, str]) -> str:
@@ -146,10 +173,15 @@ class SpeechPorts:
     # Appends an interaction event for the session (ids as keyword arguments).
     record: Callable[..., Awaitable[Any]]
     append_control: Callable[..., Awaitable[Any]]
-    # Runs a user turn from a transcript; returns (turn_id, response_id, text, attached).
-    turn: Callable[[SessionState, str], Awaitable[tuple[str, str, str, tuple[str, ...]]]] | None
+    # Runs a user turn from a transcript (and a client turn id for DTMF input);
+    # returns (turn_id, response_id, text, attached).
+    turn: Callable[..., Awaitable[tuple[str, str, str, tuple[str, ...]]]] | None
     # Called with every settled reply that carried attached deliveries.
     settle_attached: Callable[[str, tuple[str, ...], Settled], Awaitable[None]] | None = None
+    # Whether an operation of the session waits for the caller's yes or no.
+    awaiting_confirmation: Callable[[str], bool] | None = None
+    # Inter-digit pause that ends a DTMF entry without `#`.
+    dtmf_pause_ms: int = 2000
 
 
 @dataclass
@@ -196,6 +228,13 @@ class Call:
         self.closed = False
         self._generation = 0
         self.last_barge_in_s: float | None = None
+        # Cut by a barge-in whose verdict (real or false) is not known yet.
+        self._suspended: list[Settled] = []
+        self._verdict: asyncio.Task[None] | None = None
+        self._resumes: set[asyncio.Task[None]] = set()
+        self._digits = ""
+        self._dtmf_turns = 0
+        self._dtmf_timer: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ clocks
 
@@ -257,6 +296,10 @@ class Call:
 
     async def _on_vad(self, event: VadEvent) -> None:
         if event.kind == "started":
+            if self._verdict is not None:
+                # More speech before the window ended: its own end decides.
+                self._verdict.cancel()
+                self._verdict = None
             if self.ledger.active or self._turn_task is not None:
                 await self.barge_in(self._wall_of(event.first_voiced_ms + 20))
             if self.ports.stt is not None:
@@ -267,10 +310,14 @@ class Call:
             return
         self.interaction(SpeechStopped(stream_ms=event.at_ms))
         recognizer, self._recognizer = self._recognizer, None
-        if recognizer is not None and self.ports.turn is not None:
-            text = recognizer.finish().strip()
+        text = (await final_text(recognizer)).strip() if recognizer is not None else ""
+        if self._suspended:
             if text:
-                self._turn_task = asyncio.create_task(self._turn(text))
+                self._settle_suspended("barge_in")
+            else:
+                self._verdict = asyncio.create_task(self._await_false_interruption())
+        if text and self.ports.turn is not None:
+            self._turn_task = asyncio.create_task(self._turn(text))
 
     async def barge_in(self, first_voiced_wall: float) -> None:
         """The user spoke over the agent: stop the voice now, then record what was heard."""
@@ -287,7 +334,10 @@ class Call:
             # The reply is not said; the turn's admission (business) still completes.
             self._cancelled_turns.add(turn)
         for item in settled:
-            self._settle(item)
+            if self._resumable(item):
+                self._suspend(item)
+            else:
+                self._settle(item)
         played = sum(s.played_ms for s in settled)
         unheard = sum(s.unheard_ms for s in settled)
         first = settled[0].utterance if settled else None
@@ -298,6 +348,61 @@ class Call:
             delivery_id=first.delivery_id if first else None,
         )
 
+    def _resumable(self, item: Settled) -> bool:
+        return (
+            self.ports.stt is not None
+            and self.ports.vad.false_interruption_ms > 0
+            and item.utterance.playback_id.count(_RESUME) < _MAX_RESUMES
+        )
+
+    def _suspend(self, item: Settled) -> None:
+        """Flushed audio (recorded now); its outcome waits for the interruption's verdict."""
+        pending = self._pending.get(item.utterance.playback_id)
+        if pending is not None and pending.task is not None and not pending.task.done():
+            pending.task.cancel()
+        self._record_finished(item)
+        self._suspended.append(item)
+
+    def _settle_suspended(self, reason: str) -> None:
+        """The interruption was real (or the call ended): what was cut stays unheard."""
+        suspended, self._suspended = self._suspended, []
+        for item in suspended:
+            self._resolve(
+                Settled(item.utterance, heard=False, played_ms=item.played_ms, reason=reason)
+            )
+
+    async def _await_false_interruption(self) -> None:
+        await asyncio.sleep(self.ports.vad.false_interruption_ms / 1000)
+        self._verdict = None
+        if self.closed or not self._suspended:
+            return
+        suspended, self._suspended = self._suspended, []
+        # No words and quiet since: the generation that was cut can still answer.
+        self._cancelled_turns.clear()
+        for item in suspended:
+            task = asyncio.create_task(self._resume(item))
+            self._resumes.add(task)
+            task.add_done_callback(self._resumes.discard)
+
+    async def _resume(self, item: Settled) -> None:
+        """Say the unheard rest; the cut utterance is heard only if the rest is."""
+        u = item.utterance
+        rest = unheard_rest(u.text, item.heard_text)
+        if not rest:
+            self._resolve(Settled(u, heard=True, played_ms=u.duration_ms, reason="played_out"))
+            return
+        playback_id = f"{u.playback_id}{_RESUME}{u.playback_id.count(_RESUME) + 1}"
+        try:
+            after = await self.say(
+                rest, playback_id,
+                delivery_id=u.delivery_id, response_id=u.response_id, turn_id=u.turn_id,
+            )
+        except Exception:
+            log.exception("call %s: resuming %s failed", self.connection_id, u.playback_id)
+            after = Settled(u, heard=False, played_ms=0, reason="resume_failed")
+        played = u.duration_ms if after.heard else min(u.duration_ms, item.played_ms)
+        self._resolve(Settled(u, heard=after.heard, played_ms=played, reason="resumed"))
+
     def on_mark(self, name: str) -> None:
         """A mark came back from the phone."""
         settled = self.ledger.on_mark(name, self.now_ms())
@@ -305,13 +410,20 @@ class Call:
             self._settle(settled)
 
     def _settle(self, item: Settled) -> None:
-        u = item.utterance
-        pending = self._pending.pop(u.playback_id, None)
+        self._resolve(item)
+        self._record_finished(item)
+
+    def _resolve(self, item: Settled) -> None:
+        """Answer whoever waits on the utterance (`say`)."""
+        pending = self._pending.pop(item.utterance.playback_id, None)
         if pending is not None:
             if pending.task is not None and not pending.task.done():
                 pending.task.cancel()
             if not pending.settled.done():
                 pending.settled.set_result(item)
+
+    def _record_finished(self, item: Settled) -> None:
+        u = item.utterance
         if not item.heard:
             metrics.CANCELLED_UNHEARD_AUDIO.observe(item.unheard_ms / 1000)
         self.interaction(
@@ -323,6 +435,39 @@ class Call:
             response_id=u.response_id,
             turn_id=u.turn_id,
         )
+
+    # ------------------------------------------------------------------ DTMF
+
+    def on_dtmf(self, digit: str) -> None:
+        """A key press: yes/no to a pending confirmation, else part of a typed entry."""
+        if self.ports.turn is None:
+            return
+        if self._dtmf_timer is not None:
+            self._dtmf_timer.cancel()
+            self._dtmf_timer = None
+        awaiting = self.ports.awaiting_confirmation
+        if not self._digits and digit in "12" and awaiting and awaiting(self.session_id):
+            self._dtmf_turn("yes" if digit == "1" else "no")
+            return
+        if digit == "#":
+            entry, self._digits = self._digits, ""
+            if entry:
+                self._dtmf_turn(entry)
+            return
+        self._digits = (self._digits + digit)[-32:]
+        self._dtmf_timer = asyncio.create_task(self._dtmf_pause())
+
+    async def _dtmf_pause(self) -> None:
+        await asyncio.sleep(self.ports.dtmf_pause_ms / 1000)
+        self._dtmf_timer = None
+        entry, self._digits = self._digits, ""
+        if entry:
+            self._dtmf_turn(entry)
+
+    def _dtmf_turn(self, text: str) -> None:
+        self._dtmf_turns += 1
+        client_turn_id = f"dtmf-{self.connection_id}-{self._dtmf_turns}"
+        self._turn_task = asyncio.create_task(self._turn(text, client_turn_id))
 
     # ------------------------------------------------------------------ outbound
 
@@ -393,10 +538,12 @@ class Call:
 
     # ------------------------------------------------------------------ turns
 
-    async def _turn(self, text: str) -> None:
+    async def _turn(self, text: str, client_turn_id: str | None = None) -> None:
         assert self.ports.turn is not None
         task = asyncio.current_task()
-        turn_id, response_id, reply, attached = await self.ports.turn(self.session, text)
+        turn_id, response_id, reply, attached = await self.ports.turn(
+            self.session, text, client_turn_id
+        )
         if task in self._cancelled_turns:
             self._cancelled_turns.discard(task)
             # Generated, never played: history keeps none of it.
@@ -457,8 +604,12 @@ class Call:
 
         self.record(disconnected)
         await recorded.wait()
+        for timer in (self._verdict, self._dtmf_timer):
+            if timer is not None:
+                timer.cancel()
         for item in self.ledger.clear(self.now_ms(), reason):
             self._settle(item)
+        self._settle_suspended(reason)
         for pending in list(self._pending.values()):
             if pending.task is not None and not pending.task.done():
                 pending.task.cancel()
@@ -468,11 +619,64 @@ class Call:
         await self.drain()
 
 
+class CallOwnership:
+    """Which surface process holds each live call: `<connection id>` → owner, in a KV
+    bucket whose entries expire after `ttl_s` unless the owner refreshes them."""
+
+    def __init__(self, kv: KeyValue, owner: str, ttl_s: float) -> None:
+        self.kv = kv
+        self.owner = owner
+        self.ttl_s = ttl_s
+        self._held: set[str] = set()
+        self._beat: asyncio.Task[None] | None = None
+
+    async def claim(self, connection_id: str) -> None:
+        """This process carries the call (the latest attachment of a call id wins)."""
+        self._held.add(connection_id)
+        await self.kv.put(connection_id, self.owner.encode())
+        if self._beat is None or self._beat.done():
+            self._beat = asyncio.create_task(self._heartbeat())
+
+    async def release(self, connection_id: str) -> None:
+        """The call ended here."""
+        self._held.discard(connection_id)
+        with contextlib.suppress(Exception):
+            entry = await self.kv.get(connection_id)
+            if entry.value == self.owner.encode():
+                await self.kv.delete(connection_id)
+
+    async def owner_of(self, connection_id: str) -> str | None:
+        """The live owner of a call, or None when nobody refreshes it any more."""
+        try:
+            entry = await self.kv.get(connection_id)
+        except KeyNotFoundError:
+            return None
+        return entry.value.decode() if entry.value else None
+
+    async def _heartbeat(self) -> None:
+        while self._held:
+            await asyncio.sleep(self.ttl_s / 3)
+            for connection_id in list(self._held):
+                try:
+                    await self.kv.put(connection_id, self.owner.encode())
+                except Exception:
+                    log.exception("call %s: ownership not refreshed", connection_id)
+
+    async def close(self) -> None:
+        """Stop refreshing (the keys then expire)."""
+        if self._beat is not None:
+            self._beat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._beat
+
+
 @dataclass
 class CallRegistry:
     """The calls attached to this process, by session (the latest call wins)."""
 
     calls: dict[str, Call] = field(default_factory=dict)
+    # Called with every call that attaches (the delivery executor watches its session).
+    on_attach: list[Callable[[Call], None]] = field(default_factory=list)
 
     def get(self, session_id: str) -> Call | None:
         """The live call of a session, if this process holds one."""
@@ -482,6 +686,8 @@ class CallRegistry:
     def attach(self, call: Call) -> None:
         """A call starts carrying its session's voice."""
         self.calls[call.session_id] = call
+        for hook in self.on_attach:
+            hook(call)
 
     def detach(self, call: Call) -> None:
         """The call ended."""
@@ -506,6 +712,9 @@ class Telephony:
     default_tenant: str = "default"
     auth_token: str = ""
     public_url: str = ""
+    ownership: CallOwnership | None = None
+    # The periodic sweep of calls whose owner died (see `deliveries`).
+    sweeper: asyncio.Task[None] | None = None
 
 
 def _authentic(telephony: Telephony, url: str, params: dict[str, str], sig: str | None) -> bool:
@@ -540,7 +749,7 @@ def build_telephony_router(telephony: Telephony) -> APIRouter:
         path_query = request.url.path + (f"?{request.url.query}" if request.url.query else "")
         url = _signed_url(telephony, str(request.url), path_query, ws=False)
         if not _authentic(telephony, url, params, request.headers.get("x-twilio-signature")):
-            return Response("forbidden: bad Twilio signature", status_code=403)
+            return problem(403, "Forbidden", "bad Twilio signature")
         query = request.query_params
         custom: dict[str, str] = {}
         if query.get("session_id") and query.get("token"):
@@ -617,7 +826,14 @@ class _Stream:
                 raise FrameError("missing_mark_name")
             if call is not None:
                 call.on_mark(name)
-        elif event not in ("connected", "dtmf", "start"):
+        elif event == "dtmf":
+            dtmf = frame.get("dtmf")
+            digit = _text(dtmf.get("digit")) if isinstance(dtmf, dict) else None
+            if not digit or len(digit) != 1 or digit not in "0123456789*#":
+                raise FrameError("bad_dtmf")
+            if call is not None:
+                call.on_dtmf(digit)
+        elif event not in ("connected", "start"):
             raise FrameError("unknown_event")
         return None
 
@@ -634,6 +850,13 @@ async def _run_stream(telephony: Telephony, websocket: WebSocket) -> None:
             if raw is None:
                 state.reject("binary_frame")
                 continue
+            if len(raw) > _MAX_FRAME_CHARS:
+                # Twilio's messages are well under a kilobyte; parsing a huge one (or its
+                # audio) would stall every call of this process.
+                state.reject("frame_too_large")
+                reason = "frame_too_large"
+                await websocket.close(code=1009, reason="frame too large")
+                break
             try:
                 ended = await state.handle(raw)
             except FrameError as exc:
@@ -644,6 +867,9 @@ async def _run_stream(telephony: Telephony, websocket: WebSocket) -> None:
                 break
         if reason == "refused":
             await websocket.close(code=4404)
+        elif reason == "stop":
+            # The phone is done: close the stream with a close frame rather than drop it.
+            await websocket.close(code=1000)
     except WebSocketDisconnect:
         reason = "disconnected"
     finally:
@@ -653,6 +879,8 @@ async def _run_stream(telephony: Telephony, websocket: WebSocket) -> None:
                 call.rejected[key] = call.rejected.get(key, 0) + count
             telephony.registry.detach(call)
             await call.hang_up(reason)
+            if telephony.ownership is not None:
+                await telephony.ownership.release(call.connection_id)
 
 
 async def _start(telephony: Telephony, websocket: WebSocket, frame: dict[str, Any]) -> Call | None:
@@ -681,6 +909,8 @@ async def _start(telephony: Telephony, websocket: WebSocket, frame: dict[str, An
             return None
         session = await telephony.open_session(user, tenant)
     call = Call(websocket, session, stream_sid, call_sid, telephony.ports)
+    if telephony.ownership is not None:
+        await telephony.ownership.claim(call.connection_id)
     telephony.registry.attach(call)
     call.interaction(ChannelConnected(channel="voice", connection_id=call.connection_id))
     CALLS.labels(outcome="started").inc()

@@ -8,9 +8,11 @@ A turn, in order:
 3. the model sees the visible history plus, for this turn only, the live operations and
    the pending updates (closings that found no proactive window);
 4. cancels, confirmations and undos go through admission; proposed calls are admitted;
-5. the acceptance is worded (never claiming completion), pending updates are attached
-   (`delivery.attached` first, so nobody else says them), the reply is written
-   (`turn.replied`), then the attached updates are marked delivered.
+5. what rides on the reply is decided only now: a pending update this turn's own requests
+   made stale (a newer intent on its subject, an undo) is superseded or suppressed with its
+   reason, the rest are attached (`delivery.attached` first, so nobody else says them);
+6. the acceptance is worded from the attached set only (never claiming completion), the
+   reply is written (`turn.replied`), then the attached updates are marked delivered.
 It returns on acceptance; operations run elsewhere.
 """
 
@@ -20,23 +22,25 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from libs import metrics
-from libs.admission import Admission, LoadView, Outcome, ToolCall, TurnContext
+from libs.admission import ELSEWHERE, Admission, LoadView, Outcome, ToolCall, TurnContext
 from libs.bus import ConcurrencyConflict, Context, append
 from libs.domain import SessionState
-from libs.domain.delivery import DeliveryStatus
+from libs.domain.channel import OperationFacts, Verdict, refusal_events, stale_after_turn
+from libs.domain.delivery import OPEN, DeliveryStatus
 from libs.events import (
     DELIVERIES,
     INTERACTION,
     DeliveryAttached,
     DeliveryDelivered,
+    DeliveryEvent,
     Envelope,
     TurnReceived,
     TurnReplied,
@@ -49,6 +53,7 @@ from libs.models.interface import (
     TurnReply,
     TurnRequest,
 )
+from libs.models.phrasing import reply_language
 from libs.service import Runtime
 from libs.tools import ToolRegistry
 from libs.tools.labels import label_of
@@ -61,6 +66,7 @@ from .conversation import (
     language_of,
     live_operations,
     pending_updates,
+    reworded,
     tool_spec,
     with_updates,
 )
@@ -221,14 +227,18 @@ class Turns:
             reply = None
         outcomes: list[Outcome] = []
         if reply is None:
-            text = apology(language)
-            mentioned: tuple[str, ...] = ()
+            attached = await self._attach(session_id, turn_id, updates)
+            text = with_updates(apology(language), attached, ())
         else:
-            outcomes = await self._act(ctx, reply)
-            text = await self._acceptance(model_request, reply, outcomes, language)
-            mentioned = reply.attached
-        attached = await self._attach(session_id, turn_id, updates)
-        text = with_updates(text, attached, mentioned)
+            outcomes, undone = await self._act(ctx, reply)
+            # The model saw the updates before admission; only now is it known which of them
+            # this turn made stale, and which were said elsewhere meanwhile.
+            live = await self._drop_stale(session_id, turn_id, updates, outcomes, undone)
+            attached = await self._attach(session_id, turn_id, live)
+            final_request = replace(model_request, pending_updates=tuple(attached))
+            reply = reworded(reply, updates, attached, reply_language(model_request))
+            text = await self._acceptance(final_request, reply, outcomes, language)
+            text = with_updates(text, attached, reply.attached)
         await self._reply(
             ctx,
             response_id=response_id,
@@ -298,8 +308,13 @@ class Turns:
             return env.event_id
         raise TurnBusy(session_id)
 
-    async def _act(self, ctx: TurnContext, reply: TurnReply) -> list[Outcome]:
-        """Explicit requests first (cancel, yes/no, undo), then the proposed calls."""
+    async def _act(
+        self, ctx: TurnContext, reply: TurnReply
+    ) -> tuple[list[Outcome], dict[str, str]]:
+        """Explicit requests first (cancel, yes/no, undo), then the proposed calls.
+
+        Also returns the operations this turn started undoing, each with its compensation.
+        """
         outcomes = [
             await self._admission.request_cancel(ctx, operation_id, reason="user asked")
             for operation_id in reply.cancels
@@ -308,20 +323,84 @@ class Turns:
             await self._admission.confirm(ctx, operation_id, accept=accept)
             for operation_id, accept in reply.confirmations
         ]
-        outcomes += [
+        undos = [
             await self._admission.compensate(ctx, operation_id)
             for operation_id in reply.compensations
         ]
+        outcomes += undos
+        # A refused undo answers with the operation itself; a started one with its compensation.
+        undone = {
+            operation_id: outcome.operation_id
+            for operation_id, outcome in zip(reply.compensations, undos, strict=True)
+            if outcome.operation_id != operation_id
+        }
         if reply.calls:
             calls = [ToolCall(c.tool, dict(c.arguments), c.call_id) for c in reply.calls]
             admitted = await self._admission.admit(ctx, calls)
             outcomes.extend(admitted.outcomes)
-        return outcomes
+        return outcomes, undone
 
-    def _note(self, outcome: Outcome) -> AdmissionNote:
+    async def _drop_stale(
+        self,
+        session_id: str,
+        turn_id: str,
+        updates: Sequence[PendingUpdate],
+        outcomes: Sequence[Outcome],
+        undone: Mapping[str, str],
+    ) -> list[PendingUpdate]:
+        """The pending updates still worth saying after this turn's own requests.
+
+        One this turn made stale is superseded (or suppressed) on its record, with the gate's
+        reason, before the reply exists: the reply, the history and the record then agree.
+        """
+        superseded_by = {
+            older: OperationFacts(
+                operation_id=o.operation_id,
+                session_id=session_id,
+                batch_id=o.batch_id,
+                subject_key=o.subject_key,
+            )
+            for o in outcomes
+            for older in o.supersedes
+        }
+        if not superseded_by and not undone:
+            return list(updates)
+        live: list[PendingUpdate] = []
+        for update in updates:
+            delivery = self._view.deliveries.get(update.delivery_id)
+            verdict = (
+                stale_after_turn(delivery, superseded_by, undone) if delivery is not None else None
+            )
+            if verdict is None:
+                live.append(update)
+                continue
+            await self._refuse(session_id, turn_id, update.delivery_id, verdict)
+        return live
+
+    async def _refuse(
+        self, session_id: str, turn_id: str, delivery_id: str, verdict: Verdict
+    ) -> None:
+        """Record a stale update's fate; if the gate got there first, its record stands."""
+        delivery = self._view.deliveries.get(delivery_id)
+        if delivery is None:
+            return
+        for event in refusal_events(delivery, verdict):
+            if not await self._append_delivery(
+                session_id, delivery_id, event, turn_id=turn_id, allowed=OPEN
+            ):
+                return
+        if verdict.stale:
+            metrics.STALE_DELIVERIES.inc()
+
+    def _note(self, outcome: Outcome, session_id: str) -> AdmissionNote:
         state = self._load.get(outcome.operation_id) or self._view.operations.get(
             outcome.operation_id
         )
+        if state is not None and state.session_id != session_id and outcome.reason != ELSEWHERE:
+            # An id from another session (a model may repeat any id): never name its resource.
+            # Admission's join of the user's own intent from another session may: the user has
+            # just asked for that very resource.
+            state = None
         label = label_of(outcome.tool, state.arguments) if state is not None else outcome.tool
         reason = outcome.reason
         if reason and outcome.detail:
@@ -344,7 +423,7 @@ class Turns:
     ) -> str:
         if not outcomes:
             return reply.text
-        notes = [self._note(o) for o in outcomes]
+        notes = [self._note(o, request.session_id) for o in outcomes]
         try:
             return await asyncio.wait_for(
                 self._model.accept(request, reply, notes), self._settings.model_timeout_s
@@ -420,7 +499,7 @@ class Turns:
         self,
         session_id: str,
         delivery_id: str,
-        event: DeliveryAttached | DeliveryDelivered,
+        event: DeliveryEvent,
         *,
         turn_id: str,
         allowed: frozenset[DeliveryStatus],

@@ -29,18 +29,23 @@ Classifier = Callable[[bytes], bool]
 @dataclass(frozen=True, slots=True)
 class VadConfig:
     """`HOLDLINE_VAD_AGGRESSIVENESS` (0-3, 2), `HOLDLINE_VAD_MIN_SPEECH_MS` (60),
-    `HOLDLINE_VAD_ENDPOINT_MS` (500), `HOLDLINE_VAD_MIN_RMS` (200, PCM16 units)."""
+    `HOLDLINE_VAD_ENDPOINT_MS` (500), `HOLDLINE_VAD_MIN_RMS` (200, PCM16 units),
+    `HOLDLINE_FALSE_INTERRUPTION_MS` (600; 0 turns resuming off)."""
 
     aggressiveness: int = 2
     min_speech_ms: int = 60
     endpoint_silence_ms: int = 500
     min_rms: int = 200
+    # A barge-in with no words, followed by this much quiet, was a false interruption.
+    false_interruption_ms: int = 600
 
     def __post_init__(self) -> None:
         if not 0 <= self.aggressiveness <= 3:
             raise ValueError("VAD aggressiveness must be 0..3")
         if self.min_speech_ms < FRAME_MS or self.endpoint_silence_ms < FRAME_MS:
             raise ValueError(f"VAD durations must be at least one frame ({FRAME_MS} ms)")
+        if self.false_interruption_ms < 0:
+            raise ValueError("the false interruption window cannot be negative")
 
     @classmethod
     def from_env(cls) -> VadConfig:
@@ -50,6 +55,7 @@ class VadConfig:
             min_speech_ms=env_int("HOLDLINE_VAD_MIN_SPEECH_MS", 60),
             endpoint_silence_ms=env_int("HOLDLINE_VAD_ENDPOINT_MS", 500),
             min_rms=env_int("HOLDLINE_VAD_MIN_RMS", 200),
+            false_interruption_ms=env_int("HOLDLINE_FALSE_INTERRUPTION_MS", 600),
         )
 
 

@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import logging
 from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
+from nats.js.api import KeyValueConfig, StorageType
+from nats.js.kv import KeyValue
 
-from libs.config import env_str
+from libs.config import env_float, env_int, env_str
 from libs.domain import SessionState
+from libs.domain.operation import OpStatus
 from libs.events import InteractionEvent
 
 from .api import Surface
@@ -28,6 +32,8 @@ from .speech import (
 )
 from .stt import PocketsphinxStt
 from .telephony import (
+    Call,
+    CallOwnership,
     CallRegistry,
     SpeechPorts,
     Telephony,
@@ -77,13 +83,67 @@ PRIMER_TEXT = "hello, how can I help you today"
 
 async def _stt(tts: TextToSpeech) -> SpeechToText | None:
     try:
-        primer = await synthesize(tts, PRIMER_TEXT)
-        register_stt("pocketsphinx", lambda: PocketsphinxStt(primer))
+        # Only the local recognizer needs the primer: with a cloud TTS it costs a paid request
+        # at start-up, and a failed one must not switch off a cloud recognizer.
+        if env_str("HOLDLINE_STT", "pocketsphinx") == "pocketsphinx":
+            primer = await synthesize(tts, PRIMER_TEXT)
+            register_stt("pocketsphinx", lambda: PocketsphinxStt(primer))
         return stt_from_env()
     except SpeechError:
         # Calls still work without transcription: VAD, barge-in and deliveries need no STT.
         log.exception("no speech recognition on calls")
         return None
+
+
+async def _calls_bucket(surface: Surface, ttl_s: float) -> KeyValue:
+    """The call-ownership bucket: entries expire unless their owner refreshes them."""
+    js = surface.runtime.jetstream
+    name = surface.runtime.topology.bucket("calls")
+    try:
+        return await js.create_key_value(
+            KeyValueConfig(
+                bucket=name, history=1, ttl=ttl_s, storage=StorageType.FILE,
+                replicas=surface.settings.bus.replicas,
+            )
+        )
+    except Exception:  # noqa: BLE001 - declared by another surface with other settings
+        return await js.key_value(name)
+
+
+async def _sweep_forever(
+    executor: Callable[[], DeliveryExecutor | None], ownership: CallOwnership
+) -> None:
+    """Start-up sweep, then one per TTL: calls whose owner died stop holding deliveries."""
+    while True:
+        found = executor()
+        if found is not None:
+            found.ownership = ownership
+            try:
+                await found.sweep()
+            except Exception:
+                log.exception("delivery sweep failed")
+        await asyncio.sleep(ownership.ttl_s)
+
+
+async def start_ownership(
+    telephony: Telephony, surface: Surface, executor: Callable[[], DeliveryExecutor | None]
+) -> None:
+    """Claim calls in the shared bucket, watch their sessions, sweep dead owners' calls.
+
+    `HOLDLINE_CALL_OWNER_TTL_S` (10): how long a killed surface's calls still look alive.
+    """
+    ttl_s = env_float("HOLDLINE_CALL_OWNER_TTL_S", 10.0)
+    ownership = CallOwnership(await _calls_bucket(surface, ttl_s), new_id("surface"), ttl_s)
+    telephony.ownership = ownership
+
+    def watch(call: Call) -> None:
+        found = executor()
+        if found is not None:
+            found.ownership = ownership
+            found.watch(call)
+
+    telephony.registry.on_attach.append(watch)
+    telephony.sweeper = asyncio.create_task(_sweep_forever(executor, ownership))
 
 
 async def start_voice(
@@ -97,6 +157,7 @@ async def start_voice(
         if name.strip():
             importlib.import_module(name.strip())
     rt = surface.runtime
+    await start_ownership(telephony, surface, executor)
 
     async def record(session_id: str, event: InteractionEvent, **ids: Any) -> None:
         await surface.append_interaction(session_id, event, expect=False, **ids)
@@ -104,11 +165,13 @@ async def start_voice(
     async def control(session_id: str, event: Any, **ids: Any) -> None:
         await append_control(rt.jetstream, rt.topology, session_id, event, **ids)
 
-    async def turn(session: SessionState, text: str) -> tuple[str, str, str, tuple[str, ...]]:
+    async def turn(
+        session: SessionState, text: str, client_turn_id: str | None = None
+    ) -> tuple[str, str, str, tuple[str, ...]]:
         assert surface.turns is not None
         current = surface.view.session(session.session_id) or session
         answer = await surface.turns.handle(
-            TurnInput(session=current, text=text, client_turn_id=None, channel="voice")
+            TurnInput(session=current, text=text, client_turn_id=client_turn_id, channel="voice")
         )
         reply = answer["reply"]
         attached = tuple(answer.get("attached_delivery_ids", ()))
@@ -121,6 +184,12 @@ async def start_voice(
         for delivery_id in ids:
             await found.settle_voice(delivery_id, settled, write=False)
 
+    def awaiting_confirmation(session_id: str) -> bool:
+        return any(
+            op.status is OpStatus.AWAITING_CONFIRMATION
+            for op in surface.view.session_operations(session_id)
+        )
+
     tts = tts_from_env()
     telephony.ports = SpeechPorts(
         tts=tts,
@@ -130,4 +199,6 @@ async def start_voice(
         append_control=control,
         turn=turn,
         settle_attached=settle_attached,
+        awaiting_confirmation=awaiting_confirmation,
+        dtmf_pause_ms=env_int("HOLDLINE_DTMF_PAUSE_MS", 2000),
     )

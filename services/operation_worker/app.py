@@ -9,6 +9,7 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
+from libs import tracing
 from libs.bus import Context, DurableConsumer
 from libs.events import OPERATIONS, WORK
 from libs.problems import install_problem_handlers, problem
@@ -38,6 +39,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the worker's app; consumers start with it."""
     settings = settings or Settings.from_env()
     client = sandbox_client()
+    # Calls to the system of record carry the operation's trace (a no-op while tracing is off).
+    client.event_hooks["request"].append(tracing.inject_headers)
     registry = default_registry(client)
     holder: dict[str, Worker] = {}
 

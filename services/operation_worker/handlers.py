@@ -197,10 +197,9 @@ class Worker:
         env = received.envelope
         if not env.operation_id:
             raise Poison("work command without operation_id")
-        owner, ttl = self._settings.worker_id, self._settings.lease_ttl_s
-        lease = await acquire(self._leases, env.operation_id, owner, ttl)
+        lease = await self._wait_for_lease(env.session_id, env.operation_id)
         if lease is None:
-            # Another live worker has it; it will see any new request when it reloads.
+            # Settled by the worker that held it (it saw any new request when it reloaded).
             return
         held = [lease]
         renewer = asyncio.create_task(self._renew(held))
@@ -216,6 +215,21 @@ class Worker:
             renewer.cancel()
             for held_lease in held:
                 await held_lease.release()
+
+    async def _wait_for_lease(self, session_id: str, operation_id: str) -> Lease | None:
+        """The operation's lease once its holder lets go; None once the operation is terminal.
+
+        Acknowledging this message while another worker holds the lease would lose the work
+        if that worker then fails: its own delivery is already gone from the work queue.
+        """
+        owner, ttl = self._settings.worker_id, self._settings.lease_ttl_s
+        # Bounded by the holder: it finishes, or stops renewing and the lease expires.
+        while (lease := await acquire(self._leases, operation_id, owner, ttl)) is None:
+            op = await self._load(session_id, operation_id)
+            if op is None or op.state.terminal:
+                return None
+            await asyncio.sleep(self._settings.poll_interval_s * 4)
+        return lease
 
     async def _running_slot(self, op: _Op) -> Lease | None:
         """For tools with a running limit: wait (queued, admitted) for a free slot."""
@@ -414,8 +428,9 @@ class Worker:
     async def _cancel(self, op: _Op, declaration: ToolDeclaration) -> bool:
         """Cancel for real, and only report it once the state is confirmed."""
         state = op.state
-        if state.attempts == 0:
-            # Nothing was ever sent: cancelling is purely ours to do.
+        if state.attempts == 0 and state.before_cancel is not OpStatus.RUNNING:
+            # Nothing was ever sent: cancelling is purely ours to do. (Cancelled while RUNNING
+            # with no attempt recorded, a request may be at the provider: ask it below.)
             await self._append(op, OperationCancelled(via="response"))
             return True
         executor = self._registry.executor_for(state.tool)

@@ -12,8 +12,11 @@ from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
+from libs import tracing
+from libs.openapi import publish
+
 from .domain import InvalidRequestError
-from .handlers import build_router
+from .handlers import BODIES, build_router
 from .problems import ProblemError, problem_response
 from .runtime import Provider
 from .settings import Settings
@@ -31,6 +34,7 @@ def build_app(provider: Provider) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        tracing.configure("sandbox-provider")
         await provider.start()
         try:
             yield
@@ -45,7 +49,10 @@ def build_app(provider: Provider) -> FastAPI:
         redoc_url=None,
     )
     app.include_router(build_router(provider))
+    publish(app, BODIES)
     _install_error_handlers(app)
+    # Requests continue the caller's trace (the worker sends it), when tracing is on.
+    app.add_middleware(tracing.TracingMiddleware)
     return app
 
 

@@ -17,6 +17,7 @@ import uuid
 
 import httpx
 
+from libs import tracing
 from libs.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
 from .domain import Record, callback_payload
@@ -60,7 +61,9 @@ class CallbackSender:
         callback_id = f"cb_{uuid.uuid4().hex}"
         body = json.dumps(callback_payload(callback_id, record), separators=(",", ":")).encode()
         copies = 2 if record.callback_twice else 1
-        self._store.enqueue_callback(callback_id, record.id, body, copies, now)
+        # The context of the request that caused the completion: the callback continues its trace.
+        trace = tracing.current_headers()
+        self._store.enqueue_callback(callback_id, record.id, body, copies, now, trace=trace)
         return callback_id
 
     def wake(self) -> None:
@@ -109,6 +112,7 @@ class CallbackSender:
             TIMESTAMP_HEADER: str(timestamp),
             SIGNATURE_HEADER: sign(self._settings.callback_secret, timestamp, item.body),
             "X-Holdline-Callback-Id": item.callback_id,
+            **item.trace,
         }
         error: str | None = None
         try:

@@ -95,6 +95,7 @@ class _Committed:
     effect_kind: Kind | None = None  # a real effect happened now
     schedule: Record | None = None  # a pending record to commit later
     callbacks: bool = False  # the outbox got a new entry
+    duplicates: int = 0  # effects beyond the first for the same key, made now
 
 
 class Engine:
@@ -181,7 +182,7 @@ class Engine:
                 callback_twice=callback_twice,
             )
             self._store.insert_record(record)
-            self._store.add_effects(
+            duplicates = self._store.add_effects(
                 command.kind,
                 ledger_key(key, command.reference, record.id),
                 record.resource,
@@ -196,7 +197,7 @@ class Engine:
             )
             if want_async:
                 return _Committed(reply, schedule=record)
-            return _Committed(reply, effect_kind=command.kind)
+            return _Committed(reply, effect_kind=command.kind, duplicates=duplicates)
 
         return await self._execute(
             scope=scope,
@@ -369,6 +370,10 @@ class Engine:
     def _after_commit(self, committed: _Committed) -> None:
         if committed.effect_kind is not None:
             self._metrics.effects.labels(committed.effect_kind).inc()
+            if committed.duplicates:
+                self._metrics.duplicate_effects.labels(committed.effect_kind).inc(
+                    committed.duplicates
+                )
         if committed.schedule is not None:
             self._schedule_commit(committed.schedule)
         if committed.callbacks:
@@ -402,7 +407,7 @@ class Engine:
             if committed is None:
                 return  # cancelled or revoked before it committed: no effect
             self._store.update_record(committed)
-            self._store.add_effects(
+            duplicates = self._store.add_effects(
                 committed.kind,
                 ledger_key(committed.idempotency_key, committed.reference, committed.id),
                 committed.resource,
@@ -410,6 +415,8 @@ class Engine:
             )
             queued = self._callbacks.enqueue(committed, now) is not None
         self._metrics.effects.labels(committed.kind).inc()
+        if duplicates:
+            self._metrics.duplicate_effects.labels(committed.kind).inc(duplicates)
         if queued:
             self._callbacks.wake()
 

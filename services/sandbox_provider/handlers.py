@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final
+from typing import Any, Final
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -15,10 +15,13 @@ from starlette.responses import JSONResponse, Response
 
 from .domain import (
     KINDS,
+    AccessBody,
+    BookingBody,
     CompensateBody,
     FaultBody,
     InvalidRequestError,
     Kind,
+    TransferBody,
     business_error_code,
     convert,
     decode_json,
@@ -37,6 +40,15 @@ from .problems import ProblemError, problem_response
 from .runtime import Provider
 
 MAX_BODY_BYTES: Final = 64 * 1024
+# The bodies each route decodes itself, published in the OpenAPI document (libs.openapi).
+BODIES: Final[dict[tuple[str, str], type[Any]]] = {
+    ("/v1/accesses", "post"): AccessBody,
+    ("/v1/bookings", "post"): BookingBody,
+    ("/v1/transfers", "post"): TransferBody,
+    ("/v1/accesses/{record_id}/revoke", "post"): CompensateBody,
+    ("/v1/bookings/{record_id}/cancel", "post"): CompensateBody,
+    ("/admin/faults", "post"): FaultBody,
+}
 
 Action = Callable[[], Awaitable[Response | Reply]]
 Observe = Callable[[str, Action], Awaitable[Response]]

@@ -49,6 +49,14 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        # DESIGN §9's truthfulness measure, where the truth is: the ledger knows each effect's
+        # key even when idempotency is not honoured, so a second effect for one key counts.
+        self.duplicate_effects = Counter(
+            "holdline_duplicate_side_effects",
+            "Side effects beyond the first for one idempotency key (the ledger's duplicates).",
+            ["kind"],
+            registry=self.registry,
+        )
         self.requests = Counter(
             "holdline_sandbox_requests_total",
             "Requests handled by the sandbox provider, by endpoint kind and outcome.",
@@ -69,6 +77,7 @@ class Metrics:
         )
         for kind in KINDS:
             self.effects.labels(kind)
+            self.duplicate_effects.labels(kind)
         for request_kind in REQUEST_KINDS:
             self.request_seconds.labels(request_kind)
             for outcome in OUTCOMES:

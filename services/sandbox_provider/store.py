@@ -74,7 +74,8 @@ CREATE TABLE IF NOT EXISTS callbacks (
     attempts INTEGER NOT NULL DEFAULT 0,
     next_at REAL NOT NULL,
     state TEXT NOT NULL,
-    last_error TEXT
+    last_error TEXT,
+    trace TEXT
 );
 CREATE INDEX IF NOT EXISTS callbacks_due ON callbacks (next_at) WHERE state = 'pending';
 
@@ -90,6 +91,7 @@ class OutboxItem:
     copy: int
     body: bytes
     attempts: int
+    trace: dict[str, str]  # W3C headers of the request that caused it (empty: untraced)
 
 
 class Store:
@@ -106,6 +108,10 @@ class Store:
         conn.execute("PRAGMA synchronous=FULL")
         conn.execute("PRAGMA busy_timeout=5000")
         conn.executescript(_SCHEMA)
+        columns = {row["name"] for row in conn.execute("PRAGMA table_info(callbacks)")}
+        if "trace" not in columns:
+            # A database from before callbacks carried the caller's trace context.
+            conn.execute("ALTER TABLE callbacks ADD COLUMN trace TEXT")
         return cls(conn)
 
     def close(self) -> None:
@@ -258,13 +264,19 @@ class Store:
 
     # ------------------------------------------------------------------ ledger
 
-    def add_effects(self, kind: Kind, key: str, resource: str, delta: int) -> None:
-        """Count ``delta`` real effects (0 registers the key without an effect yet)."""
-        self._conn.execute(
+    def add_effects(self, kind: Kind, key: str, resource: str, delta: int) -> int:
+        """Count ``delta`` real effects (0 registers the key without an effect yet).
+
+        Returns how many of them go beyond the first effect for the key: the duplicates.
+        """
+        row = self._conn.execute(
             "INSERT INTO ledger (kind, key, resource, effects) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT (kind, key) DO UPDATE SET effects = effects + excluded.effects",
+            "ON CONFLICT (kind, key) DO UPDATE SET effects = effects + excluded.effects "
+            "RETURNING effects",
             (kind, key, resource, delta),
-        )
+        ).fetchone()
+        total = int(row["effects"])
+        return min(delta, max(0, total - 1))
 
     def ledger(self, *, kind: Kind | None = None, key: str | None = None) -> list[dict[str, Any]]:
         clauses: list[str] = []
@@ -288,18 +300,26 @@ class Store:
     # ------------------------------------------------------------------ callback outbox
 
     def enqueue_callback(
-        self, callback_id: str, record_id: str, body: bytes, copies: int, now: float
+        self,
+        callback_id: str,
+        record_id: str,
+        body: bytes,
+        copies: int,
+        now: float,
+        *,
+        trace: dict[str, str] | None = None,
     ) -> None:
+        carried = json.dumps(trace) if trace else None
         for copy in range(1, copies + 1):
             self._conn.execute(
-                "INSERT INTO callbacks (callback_id, record_id, copy, body, next_at, state) "
-                "VALUES (?, ?, ?, ?, ?, 'pending')",
-                (callback_id, record_id, copy, body, now),
+                "INSERT INTO callbacks (callback_id, record_id, copy, body, next_at, state, trace) "
+                "VALUES (?, ?, ?, ?, ?, 'pending', ?)",
+                (callback_id, record_id, copy, body, now, carried),
             )
 
     def due_callbacks(self, now: float, limit: int = 50) -> list[OutboxItem]:
         rows = self._conn.execute(
-            "SELECT seq, callback_id, record_id, copy, body, attempts FROM callbacks "
+            "SELECT seq, callback_id, record_id, copy, body, attempts, trace FROM callbacks "
             "WHERE state = 'pending' AND next_at <= ? ORDER BY next_at, seq LIMIT ?",
             (now, limit),
         ).fetchall()
@@ -311,6 +331,7 @@ class Store:
                 copy=r["copy"],
                 body=bytes(r["body"]),
                 attempts=r["attempts"],
+                trace=json.loads(r["trace"]) if r["trace"] else {},
             )
             for r in rows
         ]

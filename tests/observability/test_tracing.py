@@ -8,8 +8,13 @@ one trace: append (producer) → handle (consumer) → append made by the handle
 from __future__ import annotations
 
 import asyncio
+import json
+import uuid
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 from nats.js import JetStreamContext
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -21,7 +26,10 @@ from libs import tracing
 from libs.bus import Context, DurableConsumer, Received, Topology, append, connect, spec_for
 from libs.config import BusSettings
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent, OperationStarted
+from tests.observability.otlp import OtlpReceiver, ReceivedSpan
 from tests.support.events import envelope
+from tests.support.processes import Broker
+from tests.surface.stack import Chat, SurfaceStack, eventually, open_chat, unique
 
 
 @pytest.fixture
@@ -148,3 +156,180 @@ def test_an_otlp_endpoint_turns_tracing_on(monkeypatch: pytest.MonkeyPatch) -> N
         assert tracing.enabled()
     finally:
         tracing.disable()
+
+
+@pytest.fixture
+def otlp() -> Iterator[OtlpReceiver]:
+    """Where the service processes export their spans over OTLP/HTTP."""
+    receiver = OtlpReceiver().start()
+    yield receiver
+    receiver.close()
+
+
+@pytest.fixture
+def traced_stack(
+    broker: Broker, otlp: OtlpReceiver, tmp_path: Path
+) -> Iterator[SurfaceStack]:
+    """Every service as a process, each exporting its spans to the test's receiver."""
+    running = SurfaceStack(
+        nats_url=broker.url,
+        prefix=f"tr{uuid.uuid4().hex[:10]}",
+        logs=tmp_path,
+        env={tracing.ENDPOINT_VARIABLE: otlp.endpoint, "OTEL_BSP_SCHEDULE_DELAY": "100"},
+    )
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
+
+
+def _handled_by(found: list[ReceivedSpan], service: str) -> list[ReceivedSpan]:
+    return [s for s in found if s.service == service and s.kind == "SPAN_KIND_CONSUMER"]
+
+
+_HANDLERS = {"operation-worker", "batch-coordinator", "delivery-policy", "interaction-surface"}
+
+
+async def _traced_turn(chat: Chat, text: str) -> tuple[str, str, dict[str, Any]]:
+    """One turn sent inside the client's own span; waits for the batch's delivered closing.
+
+    Returns the trace id, the client's span id and the final delivery.
+    """
+    trace_id, client_span = uuid.uuid4().hex, uuid.uuid4().hex[:16]
+    response = await chat.client.post(
+        f"/v1/sessions/{chat.session_id}/turns",
+        json={"text": text},
+        headers={**chat.auth, "traceparent": f"00-{trace_id}-{client_span}-01"},
+    )
+    assert response.status_code == 200, response.text
+    [operation] = response.json()["operations"]
+    assert operation["status"] == "admitted"
+
+    async def delivered() -> dict[str, Any] | None:
+        snap = await chat.snapshot()
+        finals = [
+            d for d in snap["deliveries"]
+            if d["kind"] == "final" and d["batch_id"] == operation["batch_id"]
+        ]
+        return finals[0] if finals and finals[0]["status"] == "delivered" else None
+
+    return trace_id, client_span, await eventually(delivered, timeout_s=30)
+
+
+async def _exported(otlp: OtlpReceiver, trace_id: str, callback: bool) -> list[ReceivedSpan]:
+    """The trace once every hop exported its spans (the worker's callback route, if asked)."""
+
+    async def complete() -> list[ReceivedSpan] | None:
+        found = otlp.trace(trace_id)
+        handlers = {s.service for s in found if s.kind == "SPAN_KIND_CONSUMER"}
+        provider = [s for s in found if s.service == "sandbox-provider"]
+        callbacks = [s for s in found if s.name == "POST /v1/callbacks/{provider}"]
+        done = handlers >= _HANDLERS and provider and (callbacks or not callback)
+        return found if done else None
+
+    return await eventually(complete, timeout_s=20)
+
+
+async def _assert_delivery_events_carry(
+    stack: SurfaceStack, session_id: str, delivery_id: str, trace_id: str
+) -> None:
+    """The stored events of the delivery carry the trace in their headers."""
+    settings = BusSettings(nats_url=stack.nats_url, prefix=stack.prefix)
+    topo = Topology(stack.prefix)
+    nc = await connect(settings, name="trace-check")
+    try:
+        js = nc.jetstream()
+        sub = await js.pull_subscribe(
+            topo.delivery_subject(session_id, delivery_id),
+            stream=topo.stream_name(Context.DELIVERIES),
+        )
+        msgs = await sub.fetch(20, timeout=2.0)
+        kinds = [json.loads(m.data)["event"]["type"] for m in msgs]
+        assert "delivery.ready" in kinds
+        assert "delivery.sent" in kinds
+        for msg in msgs:
+            assert msg.headers is not None
+            assert msg.headers["traceparent"].split("-")[1] == trace_id
+        await sub.unsubscribe()
+    finally:
+        await nc.close()
+
+
+def _assert_one_tree(
+    found: list[ReceivedSpan], client_span: str, delivery_id: str
+) -> dict[str, ReceivedSpan]:
+    """Request span → admission appends → … → the surface handling the delivery, one tree."""
+    by_id = {s.span_id: s for s in found}
+    # The request span: a SERVER span on the route template, child of the client's span.
+    [request] = [
+        s for s in found
+        if s.service == "interaction-surface" and s.kind == "SPAN_KIND_SERVER"
+    ]
+    assert request.parent_span_id == client_span
+    assert request.name == "POST /v1/sessions/{session_id}/turns"
+    assert request.attributes["http.response.status_code"] == 200
+    # Admission's appends are the request span's children.
+    assert [
+        s for s in found
+        if s.name == "append operations" and s.parent_span_id == request.span_id
+    ], [s.name for s in found]
+    assert _handled_by(found, "batch-coordinator")
+    assert _handled_by(found, "delivery-policy")
+    # The surface handled the delivery it then sent.
+    assert [
+        s for s in _handled_by(found, "interaction-surface")
+        if str(s.attributes.get("messaging.destination.name", "")).endswith(delivery_id)
+    ]
+    # Each span's parent is in the trace too: one tree rooted at the client's span.
+    for span in found:
+        assert span.parent_span_id in by_id or span.parent_span_id == client_span, span
+    return by_id
+
+
+@pytest.mark.timeout(120)
+async def test_one_trace_runs_from_the_http_request_to_the_delivery(
+    traced_stack: SurfaceStack, otlp: OtlpReceiver
+) -> None:
+    async with httpx.AsyncClient(base_url=traced_stack.url, timeout=15.0) as client:
+        chat = await open_chat(client)
+        # A synchronous provider call.
+        trace_id, client_span, final = await _traced_turn(
+            chat, f"give me access to {unique('wiki')}"
+        )
+        found = await _exported(otlp, trace_id, callback=False)
+        by_id = _assert_one_tree(found, client_span, final["delivery_id"])
+        # The provider's request spans (more than one if a slow attempt was retried) continue
+        # the worker's handler span.
+        calls = [s for s in found if s.service == "sandbox-provider"]
+        assert "POST /v1/accesses" in {c.name for c in calls}
+        for call in calls:
+            assert call.kind == "SPAN_KIND_SERVER"
+            assert by_id[call.parent_span_id].service == "operation-worker"
+        await _assert_delivery_events_carry(
+            traced_stack, chat.session_id, final["delivery_id"], trace_id
+        )
+
+        # An asynchronous one: the provider's callback to the worker carries the trace on.
+        trace_id, client_span, final = await _traced_turn(
+            chat, "book a table at Casa Pepe tomorrow at 21:00"
+        )
+        found = await _exported(otlp, trace_id, callback=True)
+        by_id = _assert_one_tree(found, client_span, final["delivery_id"])
+        bookings = {s.span_id: s for s in found if s.name == "POST /v1/bookings"}
+        assert bookings
+        assert {by_id[b.parent_span_id].service for b in bookings.values()} == {
+            "operation-worker"
+        }
+        callbacks = [s for s in found if s.name == "POST /v1/callbacks/{provider}"]
+        assert {c.service for c in callbacks} == {"operation-worker"}
+        # The callback continues the provider request that accepted the booking, and the
+        # commit it appended is its child.
+        assert {c.parent_span_id for c in callbacks} <= set(bookings)
+        assert [
+            s for s in found
+            if s.name == "append operations" and s.parent_span_id in {c.span_id for c in callbacks}
+        ]
+        await _assert_delivery_events_carry(
+            traced_stack, chat.session_id, final["delivery_id"], trace_id
+        )

@@ -141,6 +141,16 @@ class ServiceProcess:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the process keeps its sockets but does nothing, as a long GC pause would."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
         if self.proc is not None and self.proc.poll() is None:

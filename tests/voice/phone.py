@@ -42,6 +42,8 @@ class Utterance:
     audio_ms: int
     returned_at: float | None = None
     flushed: bool = False
+    # When its first media frame arrived (monotonic): the phone's outbound timeline.
+    began_at: float | None = None
 
 
 @dataclass
@@ -124,6 +126,14 @@ class Phone:
                 if delay > 0:
                     await asyncio.sleep(delay)
 
+    async def press(self, digits: str) -> None:
+        """Key presses, one `dtmf` message per digit, as Twilio sends them."""
+        for digit in digits:
+            self._chunk += 1
+            await self.send({"event": "dtmf", "streamSid": self.stream_sid,
+                             "sequenceNumber": str(self._chunk),
+                             "dtmf": {"track": "inbound_track", "digit": digit}})
+
     async def hang_up(self, *, stop: bool = True) -> None:
         """`stop` then close, or just drop the connection."""
         assert self.ws is not None
@@ -154,7 +164,7 @@ class Phone:
                 self._unmarked_ms += ulaw_ms(audio)
             elif kind == "mark":
                 name = message["mark"]["name"]
-                utterance = Utterance(name, self._unmarked_ms)
+                utterance = Utterance(name, self._unmarked_ms, began_at=self._first_media)
                 self._unmarked_ms = 0
                 self.utterances.append(utterance)
                 began = self._first_media if self._first_media is not None else now
@@ -187,6 +197,7 @@ class Phone:
     async def _mark(self, utterance: Utterance) -> None:
         utterance.returned_at = time.monotonic()
         self._timers.pop(utterance.mark, None)
+        self._changed.set()
         await self.send({"event": "mark", "streamSid": self.stream_sid,
                          "mark": {"name": utterance.mark}})
 
@@ -194,12 +205,15 @@ class Phone:
         """Agent audio received so far."""
         return sum(u.audio_ms for u in self.utterances) + self._unmarked_ms
 
-    async def wait_for(self, mark: str, timeout_s: float = 20.0) -> Utterance:
-        """Until the agent sent the mark named `mark` (its audio is all here)."""
+    async def wait_for(
+        self, mark: str, timeout_s: float = 20.0, *, returned: bool = False
+    ) -> Utterance:
+        """Until the agent sent the mark named `mark` (its audio is all here), and with
+        `returned` until the phone also played it and sent the mark back."""
         deadline = time.monotonic() + timeout_s
         while True:
             for utterance in self.utterances:
-                if utterance.mark == mark:
+                if utterance.mark == mark and (not returned or utterance.returned_at):
                     return utterance
             remaining = deadline - time.monotonic()
             if remaining <= 0:

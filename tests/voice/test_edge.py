@@ -15,7 +15,7 @@ from services.interaction_surface.codec import (
     ulaw_to_pcm16,
     upsample_8k_to_16k,
 )
-from services.interaction_surface.playback import PlaybackLedger, heard_prefix
+from services.interaction_surface.playback import PlaybackLedger, heard_prefix, unheard_rest
 from services.interaction_surface.stt import PocketsphinxStt, arpa_bigram, domain_corpus
 from services.interaction_surface.telephony import (
     FrameError,
@@ -113,6 +113,8 @@ def test_vad_config_is_validated() -> None:
         VadConfig(aggressiveness=4)
     with pytest.raises(ValueError, match="one frame"):
         VadConfig(min_speech_ms=10)
+    with pytest.raises(ValueError, match="false interruption"):
+        VadConfig(false_interruption_ms=-1)
 
 
 def test_mark_after_clear_is_not_heard() -> None:
@@ -152,6 +154,16 @@ def test_heard_prefix_counts_whole_words() -> None:
     assert heard_prefix(text, 1000, 1000) == text
     assert heard_prefix(text, 500, 1000) == "one two"
     assert heard_prefix(text, 100, 0) == ""
+
+
+def test_a_resume_says_exactly_the_words_after_the_heard_prefix() -> None:
+    text = "your access to github is ready"
+    heard = heard_prefix(text, 500, 1200)
+    assert heard == "your access"
+    assert unheard_rest(text, heard) == "to github is ready"
+    assert f"{heard} {unheard_rest(text, heard)}" == text
+    assert unheard_rest(text, "") == text
+    assert unheard_rest(text, text) == ""
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,429 @@
+"""Deepgram speech engines: streaming STT over a WebSocket, streaming TTS over HTTP.
+
+`HOLDLINE_STT=deepgram` and/or `HOLDLINE_TTS=deepgram` select them; `DeepgramConfig`
+lists the settings. Both speak the vendor's public wire protocol:
+
+- STT: `GET /v1/listen` upgraded to a WebSocket with `Authorization: Token <key>` and the
+  audio format in the query (`encoding=mulaw&sample_rate=8000&channels=1`); binary frames
+  carry the audio, text frames the `KeepAlive` / `CloseStream` controls; the server answers
+  `Results` messages (`is_final`, `speech_final`, `channel.alternatives[0].transcript`) and
+  a `Metadata` summary before it closes.
+- TTS: `POST /v1/speak?model=...&encoding=mulaw&sample_rate=8000&container=none` with
+  `{"text": ...}`; the body is raw μ-law audio, read as it arrives.
+
+One WebSocket per utterance (the surface opens a recognizer when the VAD confirms speech),
+so an idle call holds no vendor connection. Every wait is bounded: handshakes, reads,
+retries and the final flush.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import urlencode
+
+import httpx
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from libs.config import env_float, env_int, env_str
+
+from .codec import RATE, pcm16_to_ulaw
+from .speech import SpeechError
+
+log = logging.getLogger(__name__)
+
+# Statuses worth another attempt: the vendor is busy or briefly broken, the request is fine.
+_RETRYABLE = frozenset({408, 429, 500, 502, 503, 504})
+# A reconnect replays unfinalised audio in pieces this size (400 ms of μ-law).
+_REPLAY_BYTES = 3200
+_LIVE: set[asyncio.Task[None]] = set()
+
+
+class VendorError(SpeechError):
+    """The vendor refused or broke a request; `status` 0 means no HTTP answer at all."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"deepgram: {status or 'connection'}: {message}")
+        self.status = status
+        self.retryable = status == 0 or status in _RETRYABLE
+
+
+@dataclass(frozen=True, slots=True)
+class DeepgramConfig:
+    """`DEEPGRAM_API_KEY` (required), `HOLDLINE_DEEPGRAM_URL` (https://api.deepgram.com),
+    `HOLDLINE_DEEPGRAM_STT_MODEL` (nova-3), `HOLDLINE_DEEPGRAM_TTS_MODEL` (aura-2-thalia-en),
+    `HOLDLINE_DEEPGRAM_ENDPOINTING_MS` (300: shorter than the VAD's endpointing window, so
+    the vendor's final is usually in before the surface ends the turn),
+    `HOLDLINE_DEEPGRAM_TIMEOUT_S` (5: connect/read bound), `HOLDLINE_DEEPGRAM_RETRIES` (2),
+    `HOLDLINE_DEEPGRAM_FINALIZE_S` (2: how long the end of an utterance waits for the last
+    results), `HOLDLINE_LANGUAGE` (en)."""
+
+    api_key: str
+    base_url: str = "https://api.deepgram.com"
+    stt_model: str = "nova-3"
+    tts_model: str = "aura-2-thalia-en"
+    language: str = "en"
+    endpointing_ms: int = 300
+    timeout_s: float = 5.0
+    retries: int = 2
+    backoff_s: float = 0.2
+    finalize_s: float = 2.0
+    # Deepgram closes a stream that gets neither audio nor KeepAlive for 10 s.
+    keepalive_s: float = 4.0
+    # A recognizer nobody feeds or finishes (the call vanished) lets go of its socket.
+    idle_close_s: float = 8.0
+
+    @classmethod
+    def from_env(cls) -> DeepgramConfig:
+        """Read the configuration; no key is a configuration error, not a silent fallback."""
+        key = env_str("DEEPGRAM_API_KEY", "")
+        if not key:
+            raise SpeechError("DEEPGRAM_API_KEY is not set")
+        # Defaults spelled out: with slots, class attributes are descriptors, not values.
+        return cls(
+            api_key=key,
+            base_url=env_str("HOLDLINE_DEEPGRAM_URL", "https://api.deepgram.com").rstrip("/"),
+            stt_model=env_str("HOLDLINE_DEEPGRAM_STT_MODEL", "nova-3"),
+            tts_model=env_str("HOLDLINE_DEEPGRAM_TTS_MODEL", "aura-2-thalia-en"),
+            language=env_str("HOLDLINE_LANGUAGE", "en"),
+            endpointing_ms=env_int("HOLDLINE_DEEPGRAM_ENDPOINTING_MS", 300),
+            timeout_s=env_float("HOLDLINE_DEEPGRAM_TIMEOUT_S", 5.0),
+            retries=env_int("HOLDLINE_DEEPGRAM_RETRIES", 2),
+            finalize_s=env_float("HOLDLINE_DEEPGRAM_FINALIZE_S", 2.0),
+        )
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """The vendor's auth header (`Token`, not `Bearer`)."""
+        return {"Authorization": f"Token {self.api_key}"}
+
+    def listen_url(self) -> str:
+        """The streaming STT URL with the telephone audio format in the query."""
+        scheme, _, rest = self.base_url.partition("://")
+        ws = {"https": "wss", "http": "ws"}.get(scheme, scheme)
+        query = {
+            "model": self.stt_model,
+            "language": self.language,
+            "encoding": "mulaw",
+            "sample_rate": str(RATE),
+            "channels": "1",
+            "interim_results": "true",
+            "endpointing": str(self.endpointing_ms),
+        }
+        return f"{ws}://{rest}/v1/listen?{urlencode(query)}"
+
+    def backoff(self, attempt: int) -> float:
+        """Seconds before retry number `attempt` (1-based)."""
+        return float(self.backoff_s * 2 ** (attempt - 1))
+
+
+@dataclass(frozen=True, slots=True)
+class Transcript:
+    """One thing the recognizer learned: an `interim` guess, a `final` segment, a
+    `reconnected` stream (audio after the last final is sent again) or an `error`."""
+
+    kind: Literal["interim", "final", "reconnected", "error"]
+    text: str = ""
+    speech_final: bool = False
+    # Seconds from the start of the utterance (finals and interims).
+    start_s: float = 0.0
+    end_s: float = 0.0
+
+
+class _Dropped(Exception):
+    """The stream ended without our CloseStream: reconnect."""
+
+
+class DeepgramStt:
+    """Streaming recognition, one vendor WebSocket per utterance."""
+
+    def __init__(self, config: DeepgramConfig) -> None:
+        self.config = config
+
+    @classmethod
+    def from_env(cls) -> DeepgramStt:
+        """The engine `HOLDLINE_STT=deepgram` builds."""
+        return cls(DeepgramConfig.from_env())
+
+    def session(self) -> DeepgramRecognizer:
+        """A recognizer streaming to the vendor from now on (needs a running loop)."""
+        return DeepgramRecognizer(self.config)
+
+
+class DeepgramRecognizer:
+    """Audio in as it arrives; interim and final transcripts out as the vendor sends them.
+
+    `feed` never blocks (audio is queued for the socket); `final()` ends the utterance and
+    waits, bounded, for the last results; `finish()` is the same without waiting.
+    """
+
+    def __init__(self, config: DeepgramConfig) -> None:
+        self._config = config
+        self._audio = bytearray()  # the whole utterance, μ-law: a reconnect replays from it
+        self._finals: list[str] = []
+        self._interim = ""
+        self._final_end = 0  # bytes of audio covered by final results
+        self._closing = False
+        self._fed_at = time.monotonic()
+        self._wake = asyncio.Event()
+        # Unbounded, yet bounded by the utterance: idle or finished, the stream ends.
+        self._events: asyncio.Queue[Transcript | None] = asyncio.Queue()
+        self.connections = 0
+        self.error: str | None = None
+        self._task = asyncio.get_running_loop().create_task(self._run())
+        _LIVE.add(self._task)
+        self._task.add_done_callback(_LIVE.discard)
+
+    # ------------------------------------------------------------------ Recognizer
+
+    def feed(self, pcm16_8k: bytes) -> None:
+        """More audio (PCM16 8 kHz); sent as μ-law, the telephone's own encoding."""
+        if self._closing or self._task.done():
+            return
+        self._audio += pcm16_to_ulaw(pcm16_8k)
+        self._fed_at = time.monotonic()
+        self._wake.set()
+
+    def finish(self) -> str:
+        """End the utterance now: what the vendor finalised so far, plus its latest guess."""
+        self._closing = True
+        self._wake.set()
+        return self.text
+
+    async def final(self) -> str:
+        """End the utterance and wait (at most `finalize_s`) for the vendor's last results."""
+        self._closing = True
+        self._wake.set()
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), self._config.finalize_s)
+        except TimeoutError:
+            self._fail("no final results in time")
+            self._task.cancel()
+        except Exception as exc:
+            # A bug here must not take the call down: the turn just gets what is known.
+            log.exception("deepgram stt: the stream failed")
+            self._fail(repr(exc))
+        return self.text
+
+    @property
+    def text(self) -> str:
+        """Final segments joined, then the unfinalised guess if any."""
+        return " ".join(t for t in (*self._finals, self._interim) if t)
+
+    async def results(self) -> AsyncIterator[Transcript]:
+        """Everything the recognizer learns, in order, until the stream is over."""
+        while (event := await self._events.get()) is not None:
+            yield event
+
+    async def aclose(self) -> None:
+        """Drop the stream at once (the call ended)."""
+        self._closing = True
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+
+    # ------------------------------------------------------------------ the stream
+
+    def _emit(self, event: Transcript) -> None:
+        self._events.put_nowait(event)
+
+    def _fail(self, message: str) -> None:
+        # A guess from a broken stream is not a transcript: only finals survive.
+        self._interim = ""
+        if self.error is None:
+            self.error = message
+            log.warning("deepgram stt: %s", message)
+            self._emit(Transcript("error", text=message))
+
+    async def _run(self) -> None:
+        attempt = 0
+        try:
+            while True:
+                try:
+                    await self._connection()
+                except InvalidStatus as exc:
+                    failure = _status_error(exc)
+                except _Dropped as exc:
+                    failure = VendorError(0, str(exc) or "stream dropped")
+                except (OSError, TimeoutError, InvalidHandshake, ConnectionClosed) as exc:
+                    failure = VendorError(0, repr(exc))
+                else:
+                    return
+                if not failure.retryable or attempt >= self._config.retries:
+                    self._fail(str(failure))
+                    return
+                attempt += 1
+                await asyncio.sleep(self._config.backoff(attempt))
+        except (ValueError, KeyError, TypeError) as exc:
+            # A message we cannot read: the stream is useless, say so instead of hanging.
+            self._fail(f"unreadable vendor message: {exc!r}")
+        finally:
+            self._events.put_nowait(None)
+
+    async def _connection(self) -> None:
+        start = self._final_end
+        async with connect(
+            self._config.listen_url(),
+            additional_headers=self._config.headers,
+            open_timeout=self._config.timeout_s,
+            close_timeout=self._config.timeout_s,
+        ) as ws:
+            self.connections += 1
+            self._interim = ""
+            if self.connections > 1:
+                self._emit(Transcript("reconnected", start_s=start / RATE))
+            sender = asyncio.create_task(self._send(ws, start))
+            try:
+                await self._receive(ws, start)
+            finally:
+                sender.cancel()
+                with contextlib.suppress(asyncio.CancelledError, ConnectionClosed):
+                    await sender
+            # Only a normal close after our CloseStream means every result is in.
+            said_bye = (
+                sender.done() and not sender.cancelled() and sender.exception() is None
+                and sender.result()
+            )
+            if not said_bye or ws.close_code != 1000:
+                raise _Dropped(f"closed by the vendor ({ws.close_code} {ws.close_reason})")
+
+    async def _send(self, ws: ClientConnection, position: int) -> bool:
+        config = self._config
+        while True:
+            self._wake.clear()
+            if position < len(self._audio):
+                end = min(len(self._audio), position + _REPLAY_BYTES)
+                await ws.send(bytes(self._audio[position:end]))
+                position = end
+                continue
+            if self._closing or time.monotonic() - self._fed_at > config.idle_close_s:
+                self._closing = True
+                # The vendor flushes what it has, sends Metadata, then closes.
+                await ws.send(json.dumps({"type": "CloseStream"}))
+                return True
+            try:
+                await asyncio.wait_for(self._wake.wait(), config.keepalive_s)
+            except TimeoutError:
+                await ws.send(json.dumps({"type": "KeepAlive"}))
+
+    async def _receive(self, ws: ClientConnection, start: int) -> None:
+        with contextlib.suppress(ConnectionClosed):
+            async for raw in ws:
+                if isinstance(raw, str):
+                    self._on_message(json.loads(raw), start)
+
+    def _on_message(self, message: dict[str, Any], start: int) -> None:
+        if message.get("type") != "Results":
+            return  # Metadata, SpeechStarted, UtteranceEnd: nothing the surface needs
+        alternatives = message.get("channel", {}).get("alternatives") or [{}]
+        text = str(alternatives[0].get("transcript", "")).strip()
+        begin = start / RATE + float(message.get("start", 0.0))
+        end = begin + float(message.get("duration", 0.0))
+        if message.get("is_final"):
+            if text:
+                self._finals.append(text)
+            self._interim = ""
+            self._final_end = max(self._final_end, int(end * RATE))
+            self._emit(Transcript(
+                "final", text=text, speech_final=bool(message.get("speech_final")),
+                start_s=begin, end_s=end,
+            ))
+        elif text:
+            self._interim = text
+            self._emit(Transcript("interim", text=text, start_s=begin, end_s=end))
+
+
+def _status_error(exc: InvalidStatus) -> VendorError:
+    response = exc.response
+    body = response.body.decode(errors="replace") if response.body else ""
+    return VendorError(response.status_code, _vendor_message(body) or response.reason_phrase)
+
+
+def _vendor_message(body: str) -> str:
+    """The `err_msg` of a vendor error body, else the body itself (shortened)."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body[:200]
+    if isinstance(data, dict):
+        return str(data.get("err_msg") or data.get("message") or data)[:200]
+    return body[:200]
+
+
+async def _refused(response: httpx.Response) -> None:
+    """Raise the vendor's refusal, if the response is one."""
+    if response.status_code != httpx.codes.OK:
+        body = (await response.aread()).decode(errors="replace")
+        raise VendorError(response.status_code, _vendor_message(body))
+
+
+class DeepgramTts:
+    """Text → μ-law 8 kHz, read from the HTTP response as the vendor streams it.
+
+    A refusal before any audio (429, 5xx, no connection) is retried; once audio has
+    flowed, a failure is an error: the start of the sentence is already on the call.
+    Cancelling the iteration closes the response, so the vendor stops sending.
+    """
+
+    def __init__(self, config: DeepgramConfig) -> None:
+        self.config = config
+        self._http: httpx.AsyncClient | None = None
+
+    @classmethod
+    def from_env(cls) -> DeepgramTts:
+        """The engine `HOLDLINE_TTS=deepgram` builds."""
+        return cls(DeepgramConfig.from_env())
+
+    def _client(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(
+                base_url=self.config.base_url,
+                headers=self.config.headers,
+                timeout=httpx.Timeout(self.config.timeout_s),
+            )
+        return self._http
+
+    async def aclose(self) -> None:
+        """Close the connection pool."""
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def stream(self, text: str) -> AsyncIterator[bytes]:
+        """μ-law chunks of `text` in order, each as soon as it arrives."""
+        params = {
+            "model": self.config.tts_model,
+            "encoding": "mulaw",
+            "sample_rate": str(RATE),
+            "container": "none",
+        }
+        attempt = 0
+        while True:
+            got_audio = False
+            try:
+                async with self._client().stream(
+                    "POST", "/v1/speak", params=params, json={"text": text}
+                ) as response:
+                    await _refused(response)
+                    async for chunk in response.aiter_bytes():
+                        if chunk:
+                            got_audio = True
+                            yield chunk
+            except httpx.TransportError as exc:
+                failure = VendorError(0, repr(exc))
+            except VendorError as exc:
+                failure = exc
+            else:
+                return
+            if got_audio or not failure.retryable or attempt >= self.config.retries:
+                raise failure
+            attempt += 1
+            log.warning("deepgram tts: %s; retry %d", failure, attempt)
+            await asyncio.sleep(self.config.backoff(attempt))

@@ -1,0 +1,31 @@
+"""One running system for every hostile-input module: the fuzzers share it, as attackers would."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.processes import Broker
+from tests.surface.conftest import client
+from tests.surface.stack import SurfaceStack
+from tests.voice.phone import AUTH_TOKEN
+
+__all__ = ["client", "stack"]
+
+
+@pytest.fixture(scope="package")
+def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurfaceStack]:
+    """Every service as a process on a prefix of its own, Twilio signatures checked."""
+    running = SurfaceStack(
+        nats_url=broker.url,
+        prefix=f"h{uuid.uuid4().hex[:10]}",
+        logs=tmp_path_factory.mktemp("hostile"),
+        env={"TWILIO_AUTH_TOKEN": AUTH_TOKEN, "HOLDLINE_VAD_ENDPOINT_MS": "400"},
+    )
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()

@@ -1,0 +1,40 @@
+"""Shared fixtures of the catalog: one running system per module, an HTTP client on it."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import httpx
+import pytest
+
+from tests.support.processes import Broker
+from tests.surface.stack import SurfaceStack
+
+
+def running(
+    broker: Broker,
+    factory: pytest.TempPathFactory,
+    env: dict[str, str],
+    surface_env: dict[str, str] | None = None,
+) -> Iterator[SurfaceStack]:
+    """Every service as a process on a prefix of its own, killed at the end."""
+    stack = SurfaceStack(
+        nats_url=broker.url,
+        prefix=f"c{uuid.uuid4().hex[:10]}",
+        logs=factory.mktemp("scenarios"),
+        env=env,
+        surface_env=surface_env or {},
+    )
+    try:
+        stack.start()
+        yield stack
+    finally:
+        stack.stop()
+
+
+@pytest.fixture
+async def client(stack: SurfaceStack) -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client for the surface of the module's stack."""
+    async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
+        yield http

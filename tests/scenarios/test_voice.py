@@ -1,0 +1,284 @@
+"""Seed scenarios on a phone call: real speech in, real audio out, Twilio marks as the truth."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from libs.bus import Context
+from services.interaction_surface.codec import silence_ulaw
+from tests.support.processes import Broker
+from tests.surface.stack import SurfaceStack, eventually, fault, open_chat, unique
+from tests.voice.phone import AUTH_TOKEN, Phone, speech
+
+from .checks import closed_once, durable, effects_of, final_said, in_order, marks_of, timeline
+from .conftest import running
+
+
+@pytest.fixture(scope="module")
+def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurfaceStack]:
+    """Signed Twilio streams, short endpointing, and a model that is slow about okta."""
+    yield from running(
+        broker,
+        tmp_path_factory,
+        {
+            "HOLDLINE_MIN_QUIET_MS": "300",
+            "HOLDLINE_DELIVERY_WINDOW_MS": "20000",
+            "TWILIO_AUTH_TOKEN": AUTH_TOKEN,
+            "HOLDLINE_VAD_MIN_SPEECH_MS": "60",
+            "HOLDLINE_VAD_ENDPOINT_MS": "400",
+        },
+        {"HOLDLINE_MODEL_MODULES": "tests.scenarios.slow_model", "HOLDLINE_MODEL": "ponderous"},
+    )
+
+
+def ids(answer: dict[str, Any]) -> tuple[str, list[str]]:
+    """The batch id and operation ids a chat turn admitted."""
+    ops = answer["operations"]
+    return ops[0]["batch_id"], [o["operation_id"] for o in ops]
+
+
+def params(chat: Any) -> dict[str, str]:
+    """customParameters continuing a chat session on the call."""
+    return {"session_id": chat.session_id, "token": chat.token}
+
+
+async def voice_batch(chat: Any, resource: str) -> tuple[str, str]:
+    """The batch and operation the caller's spoken request admitted."""
+
+    async def admitted() -> tuple[str, str] | None:
+        for op in (await chat.snapshot())["operations"]:
+            if op["label"] == resource:
+                return op["batch_id"], op["operation_id"]
+        return None
+
+    return await eventually(admitted, timeout_s=20)
+
+
+async def heard_once(phone: Phone, chat: Any, delivery_id: str) -> None:
+    """The caller heard the delivery: its last playback's mark came back with no clear."""
+    marks = marks_of(await timeline(chat), delivery_id)
+    await phone.wait_for(marks[-1])
+    # A retry reuses its mark name: the last utterance under it is the one that counted.
+    heard = [u for u in phone.utterances if u.mark == marks[-1]][-1]
+    assert heard.returned_at is not None
+    assert not heard.flushed
+
+
+async def test_barge_in_before_admitted(client: httpx.AsyncClient, stack: SurfaceStack) -> None:
+    chat = await open_chat(client)
+    phone = Phone(stack.url, params(chat), speed=4.0)
+    await phone.dial()
+    # The request, then the caller speaks again while the model is still thinking.
+    await phone.talk(await speech("give me access to okta"), realtime=False)
+    await phone.talk(await speech("wait one moment please"))
+    batch, op = await voice_batch(chat, "okta")
+    delivery = await final_said(chat, batch, "spoken")
+    await closed_once(stack, chat, batch, {op: "committed"}, said_as="spoken")
+    events = await timeline(chat)
+    kinds = [e["type"] for e in events]
+    in_order(kinds, "control.barge_in", "operation.admitted", "operation.committed",
+             "delivery.spoken")
+    assert "operation.cancel_requested" not in kinds
+    # The reply to the request was never played: history keeps nothing of it.
+    [cut] = [e for e in events if e["type"] == "reply.truncated"]
+    assert cut["data"]["text"] == ""
+    kept = [m["text"] for m in (await chat.snapshot())["messages"]
+            if m["turn_id"] == cut["turn_id"] and m["role"] == "assistant"
+            and not m["delivery_id"]]
+    assert kept in ([], [""])
+    await heard_once(phone, chat, delivery["delivery_id"])
+    assert await effects_of(stack, "okta") == {"okta": 1}
+    await phone.hang_up()
+
+
+async def test_barge_in_after_running(client: httpx.AsyncClient, stack: SurfaceStack) -> None:
+    chat = await open_chat(client)
+    phone = Phone(stack.url, params(chat))
+    await phone.dial()
+    slow, fast = unique("vault"), unique("wiki")
+    await fault(stack, match=slow, latency_ms=900, times=1)
+    busy, [running_op] = ids(await chat.say(f"give me access to {slow}"))
+
+    async def started() -> bool:
+        record = await durable(stack, chat.session_id)
+        return "operation.started" in record.kinds(Context.OPERATIONS, operation_id=running_op)
+
+    await eventually(started, every_s=0.05)
+    spoken, [fast_op] = ids(await chat.say(f"give me access to {fast}"))
+    # The agent speaks the other closing while the provider works; the caller talks over it.
+    await phone.wait_audio()
+    await phone.talk(await speech("hold on"))
+    assert phone.clears
+    await closed_once(stack, chat, busy, {running_op: "committed"}, said_as="spoken")
+    await closed_once(stack, chat, spoken, {fast_op: "committed"}, said_as="spoken")
+    kinds = [e["type"] for e in await timeline(chat, operation_id=running_op)]
+    assert "operation.cancel_requested" not in kinds
+    everything = [(e["type"], e.get("operation_id")) for e in await timeline(chat)]
+    started_at = everything.index(("operation.started", running_op))
+    barge_at = next(i for i, (k, _) in enumerate(everything) if k == "control.barge_in")
+    committed_at = everything.index(("operation.committed", running_op))
+    assert started_at < barge_at < committed_at
+    diagnosis = (await client.get(
+        f"/v1/sessions/{chat.session_id}/timeline", headers=chat.auth
+    )).json()["diagnosis"]
+    # The operation running at the barge-in went on to commit.
+    assert (running_op, "committed") in [
+        (a["operation_id"], a["status"]) for a in diagnosis["after_barge_in"]
+    ]
+    for batch in (busy, spoken):
+        await heard_once(phone, chat, (await final_said(chat, batch, "spoken"))["delivery_id"])
+    assert await effects_of(stack, slow, fast) == {slow: 1, fast: 1}
+    await phone.hang_up()
+
+
+async def test_tool_finishes_during_playback(
+    client: httpx.AsyncClient, stack: SurfaceStack
+) -> None:
+    chat = await open_chat(client)
+    phone = Phone(stack.url, params(chat))
+    await phone.dial()
+    first, second = unique("voicegit"), unique("voicewiki")
+    playing, [first_op] = ids(await chat.say(f"give me access to {first}"))
+    await phone.wait_audio()
+    # The first closing is playing when the second tool finishes.
+    later, [second_op] = ids(await chat.say(f"give me access to {second}"))
+    await closed_once(stack, chat, later, {second_op: "committed"}, said_as="spoken")
+    await closed_once(stack, chat, playing, {first_op: "committed"}, said_as="spoken")
+    first_id = (await final_said(chat, playing, "spoken"))["delivery_id"]
+    second_id = (await final_said(chat, later, "spoken"))["delivery_id"]
+    events = await timeline(chat)
+    where = [(e["type"], e.get("delivery_id"), e.get("operation_id")) for e in events]
+    first_done = where.index(("playback.finished", first_id, None))
+    committed = next(i for i, w in enumerate(where)
+                     if w[0] == "operation.committed" and w[2] == second_op)
+    second_starts = where.index(("playback.started", second_id, None))
+    # Committed during the first playback; said only once it finished, nothing cut.
+    assert committed < first_done < second_starts
+    assert not phone.clears
+    await heard_once(phone, chat, first_id)
+    await heard_once(phone, chat, second_id)
+    assert await effects_of(stack, first, second) == {first: 1, second: 1}
+    await phone.hang_up()
+
+
+async def test_user_interrupts_before_hearing_the_closing(
+    client: httpx.AsyncClient, stack: SurfaceStack
+) -> None:
+    chat = await open_chat(client)
+    phone = Phone(stack.url, params(chat))
+    await phone.dial()
+    answer = await chat.say("give me access to jira")
+    batch, op = answer["operations"][0]["batch_id"], answer["operations"][0]["operation_id"]
+    await phone.wait_audio()
+    await asyncio.sleep(0.3)
+    await phone.talk(await speech("wait"))
+    assert phone.clears
+    delivery = await final_said(chat, batch, "spoken")
+    record, _ = await closed_once(stack, chat, batch, {op: "committed"}, said_as="spoken")
+    kinds = record.kinds(Context.DELIVERIES, delivery_id=delivery["delivery_id"])
+    in_order(kinds, "delivery.sent", "delivery.unheard", "delivery.spoken")
+    assert kinds.count("delivery.spoken") == 1
+    marks = marks_of(await timeline(chat), delivery["delivery_id"])
+    assert len(marks) >= 2
+    first = await phone.wait_for(marks[0])
+    assert first.flushed
+    await heard_once(phone, chat, delivery["delivery_id"])
+    assert await effects_of(stack, "jira") == {"jira": 1}
+    await phone.hang_up()
+
+
+async def test_channel_disconnects_with_pending_deliveries(
+    client: httpx.AsyncClient, stack: SurfaceStack
+) -> None:
+    chat = await open_chat(client)
+    call = Phone(stack.url, params(chat))
+    await call.dial()
+    answer = await chat.say("give me access to confluence")
+    batch, op = answer["operations"][0]["batch_id"], answer["operations"][0]["operation_id"]
+    await call.wait_audio()
+    # The line drops while the closing is playing.
+    await asyncio.sleep(0.3)
+    await call.hang_up(stop=False)
+
+    async def unheard() -> bool:
+        record = await durable(stack, chat.session_id)
+        return "delivery.unheard" in record.kinds(Context.DELIVERIES, batch_id=batch)
+
+    await eventually(unheard)
+    assert not [m for m in (await chat.snapshot())["messages"] if m["delivery_id"]]
+    again = Phone(stack.url, params(chat), speed=4.0)
+    await again.dial()
+    delivery = await final_said(chat, batch, "spoken")
+    record, _ = await closed_once(stack, chat, batch, {op: "committed"}, said_as="spoken")
+    kinds = record.kinds(Context.DELIVERIES, delivery_id=delivery["delivery_id"])
+    in_order(kinds, "delivery.sent", "delivery.unheard", "delivery.spoken")
+    await heard_once(again, chat, delivery["delivery_id"])
+    assert await effects_of(stack, "confluence") == {"confluence": 1}
+    await again.hang_up()
+
+
+async def test_tts_generated_audio_twilio_has_not_played(
+    client: httpx.AsyncClient, stack: SurfaceStack
+) -> None:
+    chat = await open_chat(client)
+    phone = Phone(stack.url, params(chat), play=False)
+    await phone.dial()
+    answer = await chat.say("give me access to dropbox")
+    batch, op = answer["operations"][0]["batch_id"], answer["operations"][0]["operation_id"]
+    sent = await final_said(chat, batch, "sent")
+    utterance = await phone.wait_for(sent["delivery_id"])
+    # All its audio reached Twilio; none of it has played yet.
+    assert utterance.audio_ms > 500
+    await asyncio.sleep(1.0)
+    snap = await chat.snapshot()
+    [still] = [d for d in snap["deliveries"] if d["delivery_id"] == sent["delivery_id"]]
+    assert still["status"] == "sent"
+    assert not [m for m in snap["messages"] if m["delivery_id"] == sent["delivery_id"]]
+    record = await durable(stack, chat.session_id)
+    assert record.said(sent["delivery_id"]) == []
+    # Twilio reports it played.
+    await phone.send({"event": "mark", "streamSid": phone.stream_sid,
+                      "mark": {"name": sent["delivery_id"]}})
+    await closed_once(stack, chat, batch, {op: "committed"}, said_as="spoken")
+    assert await effects_of(stack, "dropbox") == {"dropbox": 1}
+    await phone.hang_up()
+
+
+async def test_vad_fires_a_false_speech_started(
+    client: httpx.AsyncClient, stack: SurfaceStack
+) -> None:
+    chat = await open_chat(client)
+    phone = Phone(stack.url, params(chat))
+    await phone.dial()
+    answer = await chat.say("give me access to docker")
+    batch, op = answer["operations"][0]["batch_id"], answer["operations"][0]["operation_id"]
+    await phone.wait_audio()
+    await asyncio.sleep(0.3)
+    # A burst of noise: loud enough to count as voice, with no words in it.
+    noise = bytes(b & 0x7F for b in os.urandom(2400))
+    await phone.talk(noise + silence_ulaw(1200))
+    delivery = await final_said(chat, batch, "spoken")
+    record, closing = await closed_once(stack, chat, batch, {op: "committed"}, said_as="spoken")
+    events = await timeline(chat)
+    kinds = [e["type"] for e in events]
+    barge = kinds.index("control.barge_in")
+    assert "speech.started" in kinds
+    # No words in it: no turn, and the agent picks up where it was cut instead of repeating.
+    assert "turn.received" not in kinds[barge:]
+    said = record.kinds(Context.DELIVERIES, delivery_id=delivery["delivery_id"])
+    assert "delivery.unheard" not in said
+    assert said.count("delivery.spoken") == 1
+    cut, resumed = [u for u in phone.utterances if u.mark.startswith(delivery["delivery_id"])]
+    assert cut.flushed
+    assert resumed.mark == f"{delivery['delivery_id']}.resume1"
+    assert resumed.returned_at is not None
+    assert not resumed.flushed
+    assert closing["text"] == "All done: docker."
+    assert await effects_of(stack, "docker") == {"docker": 1}
+    await phone.hang_up()
