@@ -217,8 +217,22 @@ async def _traced_turn(chat: Chat, text: str) -> tuple[str, str, dict[str, Any]]
     return trace_id, client_span, await eventually(delivered, timeout_s=30)
 
 
-async def _exported(otlp: OtlpReceiver, trace_id: str, callback: bool) -> list[ReceivedSpan]:
-    """The trace once every hop exported its spans (the worker's callback route, if asked)."""
+def _orphans(found: list[ReceivedSpan], client_span: str) -> list[ReceivedSpan]:
+    """Spans whose parent is neither a received span nor the client's own span."""
+    ids = {s.span_id for s in found}
+    return [s for s in found if s.parent_span_id not in ids and s.parent_span_id != client_span]
+
+
+async def _exported(
+    otlp: OtlpReceiver, trace_id: str, client_span: str, delivery_id: str, callback: bool
+) -> list[ReceivedSpan]:
+    """The trace once every hop exported its spans, down to the surface handling the delivery
+    (and the worker's callback route, if asked).
+
+    Each process exports in batches on its own schedule, so a handler's span can arrive
+    before the append span (another process's) it continues: the wait lasts until every
+    received span's parent has arrived too. A parent that never comes fails the wait.
+    """
 
     async def complete() -> list[ReceivedSpan] | None:
         found = otlp.trace(trace_id)
@@ -226,9 +240,17 @@ async def _exported(otlp: OtlpReceiver, trace_id: str, callback: bool) -> list[R
         provider = [s for s in found if s.service == "sandbox-provider"]
         callbacks = [s for s in found if s.name == "POST /v1/callbacks/{provider}"]
         done = handlers >= _HANDLERS and provider and (callbacks or not callback)
-        return found if done else None
+        done = done and _delivery_handled(found, delivery_id)
+        return found if done and not _orphans(found, client_span) else None
 
-    return await eventually(complete, timeout_s=20)
+    try:
+        return await eventually(complete, timeout_s=20)
+    except AssertionError:
+        found = otlp.trace(trace_id)
+        raise AssertionError(
+            f"trace {trace_id} incomplete after 20 s; spans without their parent: "
+            f"{_orphans(found, client_span)}; all: {[(s.service, s.name) for s in found]}"
+        ) from None
 
 
 async def _assert_delivery_events_carry(
@@ -256,6 +278,14 @@ async def _assert_delivery_events_carry(
         await nc.close()
 
 
+def _delivery_handled(found: list[ReceivedSpan], delivery_id: str) -> bool:
+    """Whether the surface's span handling this delivery is among the spans."""
+    return any(
+        str(s.attributes.get("messaging.destination.name", "")).endswith(delivery_id)
+        for s in _handled_by(found, "interaction-surface")
+    )
+
+
 def _assert_one_tree(
     found: list[ReceivedSpan], client_span: str, delivery_id: str
 ) -> dict[str, ReceivedSpan]:
@@ -277,10 +307,7 @@ def _assert_one_tree(
     assert _handled_by(found, "batch-coordinator")
     assert _handled_by(found, "delivery-policy")
     # The surface handled the delivery it then sent.
-    assert [
-        s for s in _handled_by(found, "interaction-surface")
-        if str(s.attributes.get("messaging.destination.name", "")).endswith(delivery_id)
-    ]
+    assert _delivery_handled(found, delivery_id)
     # Each span's parent is in the trace too: one tree rooted at the client's span.
     for span in found:
         assert span.parent_span_id in by_id or span.parent_span_id == client_span, span
@@ -297,7 +324,9 @@ async def test_one_trace_runs_from_the_http_request_to_the_delivery(
         trace_id, client_span, final = await _traced_turn(
             chat, f"give me access to {unique('wiki')}"
         )
-        found = await _exported(otlp, trace_id, callback=False)
+        found = await _exported(
+            otlp, trace_id, client_span, final["delivery_id"], callback=False
+        )
         by_id = _assert_one_tree(found, client_span, final["delivery_id"])
         # The provider's request spans (more than one if a slow attempt was retried) continue
         # the worker's handler span.
@@ -314,7 +343,9 @@ async def test_one_trace_runs_from_the_http_request_to_the_delivery(
         trace_id, client_span, final = await _traced_turn(
             chat, "book a table at Casa Pepe tomorrow at 21:00"
         )
-        found = await _exported(otlp, trace_id, callback=True)
+        found = await _exported(
+            otlp, trace_id, client_span, final["delivery_id"], callback=True
+        )
         by_id = _assert_one_tree(found, client_span, final["delivery_id"])
         bookings = {s.span_id: s for s in found if s.name == "POST /v1/bookings"}
         assert bookings
