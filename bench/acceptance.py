@@ -1,10 +1,20 @@
-"""Request → acceptance latency of chat turns, with the mock model, at 50 and 200 sessions.
+"""Request → acceptance latency of chat turns, with the mock model: floor, paced load, capacity.
 
 `.venv/bin/python -m bench.acceptance` starts its own broker and every service on free
-localhost ports, opens N sessions, and has each send a bounded number of batch turns
-("give me access to a, b and c", distinct names per turn) back to back; all sessions run
-concurrently. The latency is the client's HTTP round trip of `POST …/turns`, i.e. what
-a user waits for the acceptance. Results go to `bench/results/acceptance.json`.
+localhost ports and measures three things, each turn a batch ("give me access to a, b and
+c", distinct names per turn, so three operations admitted):
+
+- single: one session, sequential turns with a small gap; the unloaded floor.
+- paced (open loop): N sessions, each sending a turn every P seconds with ±jitter, like a
+  person. The latency of a turn runs from its *scheduled* send time, so a turn held back by
+  its session's previous one still counts the wait (no coordinated omission).
+- closed loop (`runs`): N sessions sending turns back to back; it saturates the machine and
+  shows capacity (turns/s), its latency is mostly queueing.
+
+The latency is the client's HTTP round trip of `POST …/turns`. The surface runs with
+`HOLDLINE_TURN_PHASES=1`: each run also reports where a turn's time went, from the
+`holdline_turn_phase_seconds{phase}` histogram (mean per turn, scraped before and after),
+and the CPU each process used. Results go to `bench/results/acceptance.json`.
 """
 
 from __future__ import annotations
@@ -12,20 +22,26 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import random
+import re
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.common import machine, percentiles_ms
+from bench.common import cpu_seconds, machine, percentiles_ms
 from tests.support.processes import Broker
 from tests.surface.stack import SurfaceStack
 
 RESULTS = Path(__file__).parent / "results" / "acceptance.json"
+_SAMPLE = re.compile(
+    r'^holdline_(turn_phase_seconds|acceptance_seconds)_(sum|count)(?:\{phase="([a-z_]+)"\})? (\S+)$'
+)
 
 
 async def _post(
@@ -44,50 +60,146 @@ async def _post(
     raise AssertionError("unreachable")
 
 
-async def _session(client: httpx.AsyncClient, turns: int, out: list[float]) -> None:
-    created = await _post(client, "/v1/sessions", {"user_id": f"b-{uuid.uuid4().hex[:8]}"}, {})
-    created.raise_for_status()
-    body = created.json()
-    auth = {"Authorization": f"Bearer {body['token']}"}
-    for i in range(turns):
-        tag = uuid.uuid4().hex[:5]
-        text = f"give me access to a{tag}{i}, b{tag}{i} and c{tag}{i}"
-        started = time.perf_counter()
-        response = await _post(
-            client,
-            f"/v1/sessions/{body['session_id']}/turns",
-            {"text": text, "client_turn_id": f"bench-{tag}-{i}"},
-            auth,
+class _Session:
+    """One chat session of the load generator."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+        self._path = ""
+        self._auth: dict[str, str] = {}
+        self._tag = uuid.uuid4().hex[:5]
+        self._sent = 0
+
+    async def open(self) -> None:
+        created = await _post(
+            self._client, "/v1/sessions", {"user_id": f"b-{uuid.uuid4().hex[:8]}"}, {}
         )
-        out.append(time.perf_counter() - started)
+        created.raise_for_status()
+        body = created.json()
+        self._path = f"/v1/sessions/{body['session_id']}/turns"
+        self._auth = {"Authorization": f"Bearer {body['token']}"}
+
+    async def turn(self) -> None:
+        i, tag = self._sent, self._tag
+        self._sent += 1
+        text = f"give me access to a{tag}{i}, b{tag}{i} and c{tag}{i}"
+        response = await _post(
+            self._client, self._path, {"text": text, "client_turn_id": f"bench-{tag}-{i}"},
+            self._auth,
+        )
         response.raise_for_status()
+        if len(response.json()["operations"]) != 3:
+            raise AssertionError(f"a batch turn admitted {response.json()['operations']}")
 
 
-async def _run(url: str, sessions: int, turns: int) -> dict[str, Any]:
-    limits = httpx.Limits(max_connections=sessions, max_keepalive_connections=sessions)
-    async with httpx.AsyncClient(base_url=url, timeout=30.0, limits=limits) as client:
+async def _closed(session: _Session, turns: int, out: list[float]) -> None:
+    """Back to back: the next turn leaves as soon as the previous one is answered."""
+    for _ in range(turns):
+        started = time.perf_counter()
+        await session.turn()
+        out.append(time.perf_counter() - started)
+
+
+async def _paced(
+    session: _Session, turns: int, period_s: float, jitter: float, rng: random.Random,
+    out: list[float],
+) -> None:
+    """A turn every `period_s` ± jitter, timed from when it was due, not from when it left."""
+    due = time.perf_counter() + rng.uniform(0, period_s)
+    for _ in range(turns):
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        await session.turn()
+        out.append(time.perf_counter() - due)
+        due += period_s * rng.uniform(1 - jitter, 1 + jitter)
+
+
+async def _scrape(client: httpx.AsyncClient) -> dict[str, float]:
+    """The surface's phase and acceptance sums and counts, keyed `<phase>.<sum|count>`."""
+    response = await client.get("/metrics")
+    response.raise_for_status()
+    found: dict[str, float] = {}
+    for line in response.text.splitlines():
+        match = _SAMPLE.match(line)
+        if match:
+            family, kind, phase, value = match.groups()
+            name = phase or "turn_handled"
+            if family == "acceptance_seconds" or phase:
+                found[f"{name}.{kind}"] = float(value)
+    return found
+
+
+def _phases(before: dict[str, float], after: dict[str, float], turns: int) -> dict[str, Any]:
+    """Per phase: how many times it ran per turn and its mean duration in ms."""
+    out: dict[str, Any] = {}
+    for key in sorted(after):
+        name, kind = key.rsplit(".", 1)
+        if kind != "count":
+            continue
+        count = after[key] - before.get(key, 0.0)
+        if count <= 0:
+            continue
+        total = after[f"{name}.sum"] - before.get(f"{name}.sum", 0.0)
+        out[name] = {
+            "per_turn": round(count / max(turns, 1), 2),
+            "mean_ms": round(total / count * 1000, 3),
+        }
+    return out
+
+
+def _cpu(pids: dict[str, int]) -> dict[str, float]:
+    return {name: cpu_seconds(pid) for name, pid in pids.items()}
+
+
+async def _measure(
+    url: str, pids: dict[str, int], sessions: int, drive: Callable[[_Session, list[float]], Any],
+) -> dict[str, Any]:
+    """Open the sessions, warm up, run `drive` on each, and collect everything measured."""
+    limits = httpx.Limits(max_connections=sessions + 1, max_keepalive_connections=sessions + 1)
+    async with httpx.AsyncClient(base_url=url, timeout=60.0, limits=limits) as client:
+        opened = [_Session(client) for _ in range(sessions)]
+        await asyncio.gather(*(s.open() for s in opened))
         # Warm-up: connections, code paths, the broker's first appends.
-        await asyncio.gather(*(_session(client, 1, []) for _ in range(min(sessions, 20))))
+        await asyncio.gather(*(s.turn() for s in opened[:20]))
+        before, cpu_before = await _scrape(client), _cpu(pids)
         latencies: list[float] = []
         started = time.perf_counter()
-        await asyncio.gather(*(_session(client, turns, latencies) for _ in range(sessions)))
+        await asyncio.gather(*(drive(s, latencies) for s in opened))
         elapsed = time.perf_counter() - started
+        after, cpu_after = await _scrape(client), _cpu(pids)
     return {
         "sessions": sessions,
-        "turns_per_session": turns,
         "turns": len(latencies),
         "wall_s": round(elapsed, 3),
         "turns_per_s": round(len(latencies) / elapsed, 1),
         "acceptance": percentiles_ms(latencies),
+        "phases_ms": _phases(before, after, len(latencies)),
+        "cpu_ms_per_turn": {
+            name: round((cpu_after[name] - cpu_before[name]) / max(len(latencies), 1) * 1000, 2)
+            for name in pids
+        },
+        "cpu_busy_share": {
+            name: round((cpu_after[name] - cpu_before[name]) / elapsed, 3) for name in pids
+        },
     }
 
 
 def main() -> None:
     """Start the stack, measure, write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--sessions", type=int, nargs="+", default=[50, 200])
-    parser.add_argument("--turns", type=int, default=5, help="turns per session (bounded)")
+    parser.add_argument("--sessions", type=int, nargs="*", default=[50, 200],
+                        help="closed-loop session counts")
+    parser.add_argument("--turns", type=int, default=5, help="closed-loop turns per session")
+    parser.add_argument("--paced-sessions", type=int, nargs="*", default=[50])
+    parser.add_argument("--period", type=float, default=3.0, help="paced: seconds between turns")
+    parser.add_argument("--jitter", type=float, default=0.3, help="paced: ± share of the period")
+    parser.add_argument("--paced-turns", type=int, default=10, help="paced: turns per session")
+    parser.add_argument("--single-turns", type=int, default=40, help="0 skips the floor run")
+    parser.add_argument("--gap", type=float, default=0.1, help="single: seconds between turns")
+    parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="holdline-bench-") as tmp:
         root = Path(tmp)
         broker = Broker(store=root / "nats")
@@ -95,10 +207,45 @@ def main() -> None:
         stack = SurfaceStack(
             nats_url=broker.url, prefix=f"bench{uuid.uuid4().hex[:6]}", logs=root,
             env={"HOLDLINE_LOG_LEVEL": "WARNING"},
+            surface_env={"HOLDLINE_TURN_PHASES": "1"},
         )
         try:
             stack.start()
-            runs = [asyncio.run(_run(stack.url, n, args.turns)) for n in args.sessions]
+            pids = {name: p.proc.pid for name, p in stack.procs.items() if p.proc is not None}
+            if broker.proc is not None:
+                pids["nats_server"] = broker.proc.pid
+
+            async def single_turns(s: _Session, out: list[float]) -> None:
+                for _ in range(args.single_turns):
+                    await _closed(s, 1, out)
+                    await asyncio.sleep(args.gap)
+
+            single = (
+                asyncio.run(_measure(stack.url, pids, 1, single_turns))
+                if args.single_turns > 0 else None
+            )
+            paced = [
+                {
+                    **asyncio.run(_measure(
+                        stack.url, pids, n,
+                        lambda s, out: _paced(
+                            s, args.paced_turns, args.period, args.jitter, rng, out
+                        ),
+                    )),
+                    "period_s": args.period,
+                    "jitter": args.jitter,
+                }
+                for n in args.paced_sessions
+            ]
+            runs = [
+                {
+                    **asyncio.run(_measure(
+                        stack.url, pids, n, lambda s, out: _closed(s, args.turns, out)
+                    )),
+                    "turns_per_session": args.turns,
+                }
+                for n in args.sessions
+            ]
         finally:
             stack.stop()
             broker.stop()
@@ -107,6 +254,8 @@ def main() -> None:
         "what": "POST /v1/sessions/{id}/turns round trip (request → acceptance), mock model",
         "at": datetime.now(UTC).isoformat(),
         "machine": machine(),
+        "single": single,
+        "paced": paced,
         "runs": runs,
         "target": "p99 <= 20 ms at 50 sessions on a 2-core machine",
     }

@@ -5,6 +5,11 @@ Labels are bounded (tool, channel, decision, outcome, stream); never session or 
 
 from __future__ import annotations
 
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from prometheus_client import Counter, Gauge, Histogram
 
 # Buckets from 1 ms to 60 s: conversational latencies and slow providers on one scale.
@@ -128,3 +133,27 @@ TELEPHONY_FRAMES_REJECTED = Counter(
 TELEPHONY_CALLS = Counter(
     "holdline_telephony_calls", "Calls attached, by how they ended.", ["outcome"]
 )
+
+# Not in §9: where a turn's acceptance time goes, phase by phase (request checks, the turn
+# claim, each append and its wait, the model, admission's claims and appends). Off unless
+# HOLDLINE_TURN_PHASES is set: the acceptance benchmark and a dashboard under study turn it on.
+TURN_PHASE = Histogram(
+    "holdline_turn_phase_seconds",
+    "Time one turn spends in each phase of its critical path.",
+    ["phase"],
+    buckets=_BUCKETS,
+)
+TURN_PHASES_ON = os.environ.get("HOLDLINE_TURN_PHASES", "") not in ("", "0")
+
+
+@contextmanager
+def turn_phase(phase: str) -> Iterator[None]:
+    """Time the block as one phase of a turn (when HOLDLINE_TURN_PHASES is set)."""
+    if not TURN_PHASES_ON:
+        yield
+        return
+    started = time.perf_counter()
+    try:
+        yield
+    finally:
+        TURN_PHASE.labels(phase).observe(time.perf_counter() - started)

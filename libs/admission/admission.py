@@ -433,9 +433,10 @@ class Admission:
                 if plan.intent_key:
                     seen[plan.intent_key] = plan
                 plans.append(plan)
-        claimed = await asyncio.gather(
-            *(self._claim(p) if p.kind == "admit" else _same(p) for p in plans)
-        )
+        with metrics.turn_phase("admission_intent_claims"):
+            claimed = await asyncio.gather(
+                *(self._claim(p) if p.kind == "admit" else _same(p) for p in plans)
+            )
         plans = list(claimed)
         fresh = [
             p for p in plans if p.kind in ("admit", "reject", "confirm") and p.existing is None
@@ -445,14 +446,16 @@ class Admission:
             batch_id = self._new_id("batch")
             members = BatchOpened(operation_ids=tuple(p.operation_id for p in fresh))
             opened = self._env(ctx, members, now, batch_id=batch_id)
-            await append(
-                self._js,
-                BATCHES,
-                self._topology.batch_subject(ctx.session_id, batch_id),
-                opened,
-                expected_last_subject_seq=0,
-            )
-            await asyncio.gather(*(self._write(ctx, p, batch_id, now) for p in fresh))
+            with metrics.turn_phase("admission_batch_append"):
+                await append(
+                    self._js,
+                    BATCHES,
+                    self._topology.batch_subject(ctx.session_id, batch_id),
+                    opened,
+                    expected_last_subject_seq=0,
+                )
+            with metrics.turn_phase("admission_operation_appends"):
+                await asyncio.gather(*(self._write(ctx, p, batch_id, now) for p in fresh))
         for plan in fresh:
             if plan.kind == "reject":
                 # A refused request replaces nothing: the older intent still stands.

@@ -327,8 +327,14 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
         responses=_problems(400, 401, 404, 409, 413, 422, 429),
     )
     async def turn(session_id: str, request: Request) -> Response:
-        state = await surface.session(session_id, request.headers.get("authorization"))
-        body = decode_body(await read_body(request, settings.max_body_bytes), TurnBody)
+        with metrics.turn_phase("route"):
+            return await _turn(session_id, request)
+
+    async def _turn(session_id: str, request: Request) -> Response:
+        with metrics.turn_phase("auth"):
+            state = await surface.session(session_id, request.headers.get("authorization"))
+        with metrics.turn_phase("parse"):
+            body = decode_body(await read_body(request, settings.max_body_bytes), TurnBody)
         text = body.text.strip()
         if not text:
             raise ProblemError(422, "Invalid request", "text must not be empty")
@@ -352,7 +358,8 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
             raise ProblemError(
                 409, "Conflict", "this client_turn_id is still being answered; retry"
             ) from None
-        return JSONResponse(answer)
+        with metrics.turn_phase("respond"):
+            return JSONResponse(answer)
 
     @router.delete(
         "/v1/sessions/{session_id}",

@@ -135,7 +135,8 @@ class Turns:
         turn_id = new_id("turn")
         if request.client_turn_id is not None:
             key = f"{session_id}.{request.client_turn_id}"
-            stored = await self._claim_client_turn(key, turn_id)
+            with metrics.turn_phase("claim"):
+                stored = await self._claim_client_turn(key, turn_id)
             if stored is not None:
                 return stored
         lock = self._locks.setdefault(session_id, asyncio.Lock())
@@ -146,7 +147,8 @@ class Turns:
             if not lock.locked():
                 self._locks.pop(session_id, None)
         if key is not None:
-            await self._store_answer(key, answer)
+            with metrics.turn_phase("store_answer"):
+                await self._store_answer(key, answer)
         metrics.ACCEPTANCE.observe(time.perf_counter() - started)
         return answer
 
@@ -216,9 +218,10 @@ class Turns:
         )
         reply: TurnReply | None
         try:
-            reply = await asyncio.wait_for(
-                self._model.respond(model_request), self._settings.model_timeout_s
-            )
+            with metrics.turn_phase("model"):
+                reply = await asyncio.wait_for(
+                    self._model.respond(model_request), self._settings.model_timeout_s
+                )
         except (ModelError, TimeoutError) as exc:
             log.warning("model failed on turn %s: %r", turn_id, exc)
             reply = None
@@ -230,14 +233,17 @@ class Turns:
             attached = await self._attach(session_id, turn_id, updates)
             text = with_updates(apology(language), attached, ())
         else:
-            outcomes, undone = await self._act(ctx, reply)
+            with metrics.turn_phase("admission"):
+                outcomes, undone = await self._act(ctx, reply)
             # The model saw the updates before admission; only now is it known which of them
             # this turn made stale, and which were said elsewhere meanwhile.
-            live = await self._drop_stale(session_id, turn_id, updates, outcomes, undone)
-            attached = await self._attach(session_id, turn_id, live)
+            with metrics.turn_phase("updates"):
+                live = await self._drop_stale(session_id, turn_id, updates, outcomes, undone)
+                attached = await self._attach(session_id, turn_id, live)
             final_request = replace(model_request, pending_updates=tuple(attached))
             reply = reworded(reply, updates, attached, reply_language(model_request))
-            text = await self._acceptance(final_request, reply, outcomes, language)
+            with metrics.turn_phase("acceptance_text"):
+                text = await self._acceptance(final_request, reply, outcomes, language)
             text = with_updates(text, attached, reply.attached)
         await self._reply(
             ctx,
@@ -248,7 +254,8 @@ class Turns:
             cause=received_at,
         )
         if request.channel == "chat":
-            await self._delivered(session_id, attached, turn_id)
+            with metrics.turn_phase("delivered"):
+                await self._delivered(session_id, attached, turn_id)
         extra: dict[str, Any] = {}
         if request.channel == "voice":
             extra["attached_delivery_ids"] = [u.delivery_id for u in attached]
@@ -296,15 +303,18 @@ class Turns:
                 ),
             )
             try:
-                ack = await append(
-                    self._rt.jetstream, INTERACTION, subject, env, expected_last_subject_seq=seq
-                )
+                with metrics.turn_phase("received_append"):
+                    ack = await append(
+                        self._rt.jetstream, INTERACTION, subject, env, expected_last_subject_seq=seq
+                    )
             except ConcurrencyConflict:
                 # Someone wrote to the session since our view of it: catch up and look again.
-                await self._view.sync()
+                with metrics.turn_phase("conflict_sync"):
+                    await self._view.sync()
                 continue
             metrics.EVENTS_PUBLISHED.labels(stream="interaction").inc()
-            await self._view.wait_applied(Context.INTERACTION, ack.seq)
+            with metrics.turn_phase("received_applied"):
+                await self._view.wait_applied(Context.INTERACTION, ack.seq)
             return env.event_id
         raise TurnBusy(session_id)
 
@@ -475,11 +485,12 @@ class Turns:
                 attached_delivery_ids=tuple(u.delivery_id for u in attached),
             ),
         )
-        ack = await append(
-            self._rt.jetstream, INTERACTION, self._rt.topology.session_subject(ctx.session_id), env
-        )
+        subject = self._rt.topology.session_subject(ctx.session_id)
+        with metrics.turn_phase("replied_append"):
+            ack = await append(self._rt.jetstream, INTERACTION, subject, env)
         metrics.EVENTS_PUBLISHED.labels(stream="interaction").inc()
-        await self._view.wait_applied(Context.INTERACTION, ack.seq)
+        with metrics.turn_phase("replied_applied"):
+            await self._view.wait_applied(Context.INTERACTION, ack.seq)
 
     async def _delivered(
         self, session_id: str, attached: Sequence[PendingUpdate], turn_id: str

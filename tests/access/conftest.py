@@ -19,7 +19,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.support.processes import Broker
-from tests.surface.stack import Chat, SurfaceStack
+from tests.surface.stack import Chat, SurfaceStack, running_stack
 
 # Every tenant the tests use has a key: without one, creating a session is refused.
 TENANTS = ("acme", "globex", "burst-a", "burst-b", "calm", "scan")
@@ -47,10 +47,10 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "HOLDLINE_RATE_SESSION": "/".join(str(n) for n in RATE_SESSION),
         "HOLDLINE_RATE_TENANT": "/".join(str(n) for n in RATE_TENANT),
     }
-    running = SurfaceStack(
-        nats_url=broker.url,
-        prefix=f"a{uuid.uuid4().hex[:10]}",
-        logs=logs,
+    with running_stack(
+        broker.url,
+        logs,
+        "a",
         env=dict(SECRETS),
         surface_env={
             **surface,
@@ -58,12 +58,8 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             "HOLDLINE_MODEL": "literal",
         },
         second_surface_env={**surface, **SECRETS, "HOLDLINE_TOKEN_TTL_S": str(TOKEN_TTL_S)},
-    )
-    try:
-        running.start()
+    ) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

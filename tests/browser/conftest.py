@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import shutil
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +11,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
 from tests.support.processes import Broker
-from tests.surface.stack import SurfaceStack
+from tests.surface.stack import SurfaceStack, running_stack
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")
@@ -21,16 +20,8 @@ CHROMEDRIVER = Path("/usr/bin/chromedriver")
 @pytest.fixture(scope="module")
 def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurfaceStack]:
     """Every service as a process, on a prefix of its own."""
-    running = SurfaceStack(
-        nats_url=broker.url,
-        prefix=f"b{uuid.uuid4().hex[:10]}",
-        logs=tmp_path_factory.mktemp("browser"),
-    )
-    try:
-        running.start()
+    with running_stack(broker.url, tmp_path_factory.mktemp("browser"), "b") as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

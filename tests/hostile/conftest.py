@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator
 
 import pytest
 
 from tests.support.processes import Broker
 from tests.surface.conftest import client
-from tests.surface.stack import SurfaceStack
+from tests.surface.stack import SurfaceStack, running_stack
 from tests.voice.phone import AUTH_TOKEN
 
 __all__ = ["client", "stack"]
@@ -18,14 +17,10 @@ __all__ = ["client", "stack"]
 @pytest.fixture(scope="package")
 def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurfaceStack]:
     """Every service as a process on a prefix of its own, Twilio signatures checked."""
-    running = SurfaceStack(
-        nats_url=broker.url,
-        prefix=f"h{uuid.uuid4().hex[:10]}",
-        logs=tmp_path_factory.mktemp("hostile"),
+    with running_stack(
+        broker.url,
+        tmp_path_factory.mktemp("hostile"),
+        "h",
         env={"TWILIO_AUTH_TOKEN": AUTH_TOKEN, "HOLDLINE_VAD_ENDPOINT_MS": "400"},
-    )
-    try:
-        running.start()
+    ) as running:
         yield running
-    finally:
-        running.stop()

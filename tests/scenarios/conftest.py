@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Iterator
 
 import httpx
 import pytest
 
 from tests.support.processes import Broker
-from tests.surface.stack import SurfaceStack
+from tests.surface.stack import SurfaceStack, running_stack
 
 
 def running(
@@ -18,19 +17,11 @@ def running(
     env: dict[str, str],
     surface_env: dict[str, str] | None = None,
 ) -> Iterator[SurfaceStack]:
-    """Every service as a process on a prefix of its own, killed at the end."""
-    stack = SurfaceStack(
-        nats_url=broker.url,
-        prefix=f"c{uuid.uuid4().hex[:10]}",
-        logs=factory.mktemp("scenarios"),
-        env=env,
-        surface_env=surface_env or {},
-    )
-    try:
-        stack.start()
+    """Every service as a process on a prefix of its own, stopped at the end."""
+    with running_stack(
+        broker.url, factory.mktemp("scenarios"), "c", env=env, surface_env=surface_env or {}
+    ) as stack:
         yield stack
-    finally:
-        stack.stop()
 
 
 @pytest.fixture

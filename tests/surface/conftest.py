@@ -2,38 +2,31 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.support.processes import Broker
 
-from .stack import SurfaceStack
+from .stack import SurfaceStack, running_stack
 
 
 @pytest.fixture(scope="module")
 def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurfaceStack]:
     """Every service as a process, on a prefix of its own."""
-    logs: Path = tmp_path_factory.mktemp("surface")
-    running = SurfaceStack(
-        nats_url=broker.url,
-        prefix=f"s{uuid.uuid4().hex[:10]}",
-        logs=logs,
+    with running_stack(
+        broker.url,
+        tmp_path_factory.mktemp("surface"),
+        "s",
         env={"HOLDLINE_MIN_QUIET_MS": "1500"},
         second_surface_env={
             "HOLDLINE_MODEL_MODULES": "tests.surface.scripted_model",
             "HOLDLINE_MODEL": "faulty",
             "HOLDLINE_MODEL_TIMEOUT_S": "1",
         },
-    )
-    try:
-        running.start()
+    ) as running:
         yield running
-    finally:
-        running.stop()
 
 
 @pytest.fixture

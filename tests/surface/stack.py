@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -109,6 +110,19 @@ class SurfaceStack:
         for proc in self.procs.values():
             proc.kill9()
 
+
+
+@contextlib.contextmanager
+def running_stack(nats_url: str, logs: Path, tag: str, **options: Any) -> Iterator[SurfaceStack]:
+    """A SurfaceStack on a fresh prefix (`tag` + random hex), started, and stopped on exit."""
+    running = SurfaceStack(
+        nats_url=nats_url, prefix=f"{tag}{uuid.uuid4().hex[:10]}", logs=logs, **options
+    )
+    try:
+        running.start()
+        yield running
+    finally:
+        running.stop()
 
 @dataclass
 class Chat:

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from tests.support.processes import Broker
-from tests.surface.stack import Chat, SurfaceStack, eventually, fault
+from tests.surface.stack import Chat, SurfaceStack, eventually, fault, running_stack
 
 from .phone import AUTH_TOKEN, Phone, Utterance, speech
 
@@ -30,18 +30,11 @@ def voice_stack(
     second_surface_env: dict[str, str] | None = None,
 ) -> Iterator[SurfaceStack]:
     """Every service as a process on a prefix of its own, stopped on exit."""
-    running = SurfaceStack(
-        nats_url=broker.url,
-        prefix=f"v{uuid.uuid4().hex[:10]}",
-        logs=logs,
-        env={**VOICE_ENV, **(env or {})},
+    with running_stack(
+        broker.url, logs, "v", env={**VOICE_ENV, **(env or {})},
         second_surface_env=second_surface_env,
-    )
-    try:
-        running.start()
+    ) as running:
         yield running
-    finally:
-        running.stop()
 
 
 def unique(prefix: str) -> str:
