@@ -44,7 +44,15 @@ def steps(quick: bool) -> list[Step]:
             Step("ops-s10", "bench.ops", ("--operations", "100", "--sessions", "10",
                                           "--out", "bench/results/ops-s10.json"), 20),
             Step("coordination", "bench.coordination", ("--sessions", "20"), 15),
-            Step("acceptance", "bench.acceptance", ("--sessions", "10", "20", "--turns", "2"), 20),
+            Step(
+                "acceptance",
+                "bench.acceptance",
+                (
+                    "--sessions", "10", "20", "--turns", "2", "--paced-sessions", "10",
+                    "--paced-turns", "3", "--period", "1", "--single-turns", "10",
+                ),
+                30,
+            ),
         ]
     else:
         found = [
@@ -54,7 +62,7 @@ def steps(quick: bool) -> list[Step]:
             Step("ops-s100", "bench.ops", ("--operations", "1000", "--sessions", "100",
                                            "--out", "bench/results/ops-s100.json"), 40),
             Step("coordination", "bench.coordination", (), 25),
-            Step("acceptance", "bench.acceptance", ("--sessions", "50", "100", "200"), 90),
+            Step("acceptance", "bench.acceptance", ("--sessions", "50", "100", "200"), 140),
         ]
     if (ROOT / "bench" / "voice.py").exists():
         voice_args = ("--trials", "5", "--blips", "5") if quick else ()

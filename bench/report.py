@@ -94,8 +94,12 @@ def _run_name(item: Any) -> str:
     if not isinstance(item, dict):
         return ""
     parts = []
+    if "turns_per_session" in item:
+        parts.append("closed loop")
     if "sessions" in item:
         parts.append(f"{item['sessions']} sessions")
+    if "period_s" in item:
+        parts.append(f"a turn every {item['period_s']:g} s")
     if "provider_latency_ms" in item:
         parts.append(f"provider +{item['provider_latency_ms']} ms")
     return ", ".join(parts)
@@ -142,6 +146,58 @@ def cost(benchmarks: dict[str, Json]) -> Json:
             round(raw["pipelined_per_s"] / best, 1) if raw.get("pipelined_per_s") and best else None
         ),
     }
+
+
+# The turn's phases in the order a turn runs them (others follow, by name).
+_PHASE_ORDER = (
+    "route", "auth", "parse", "turn_handled", "claim", "received_append", "received_applied",
+    "conflict_sync", "model", "admission", "admission_intent_claims", "admission_batch_append",
+    "admission_operation_appends", "updates", "acceptance_text", "replied_append",
+    "replied_applied", "delivered", "store_answer", "respond",
+)
+
+
+def phase_table(benchmarks: dict[str, Json]) -> list[str]:
+    """Markdown: mean ms per turn phase, one column per acceptance run (floor, paced, closed)."""
+    data = benchmarks.get("acceptance", {})
+    columns: list[tuple[str, Json]] = []
+    if isinstance(data.get("single"), dict):
+        columns.append(("1 session, unloaded", data["single"]))
+    columns += [(f"paced, {r['sessions']} sessions", r) for r in data.get("paced", [])]
+    columns += [(f"closed loop, {r['sessions']} sessions", r) for r in data.get("runs", [])]
+    columns = [(name, run) for name, run in columns if run.get("phases_ms")]
+    if not columns:
+        return []
+    seen = {p for _, run in columns for p in run["phases_ms"]}
+    phases = [p for p in _PHASE_ORDER if p in seen] + sorted(seen - set(_PHASE_ORDER))
+    lines = [
+        "",
+        "## Where a turn's acceptance time goes",
+        "",
+        "Mean milliseconds per occurrence of each phase (`holdline_turn_phase_seconds`, "
+        "`turn_handled` is `holdline_acceptance_seconds`): every phase runs inside `route`, the "
+        "`admission_*` ones inside `admission`; `conflict_sync` runs only after a lost "
+        "expected-sequence race. The first rows are the client's figures.",
+        "",
+        "| phase | " + " | ".join(name for name, _ in columns) + " |",
+        "|---|" + "---:|" * len(columns),
+        "| client p50 / p99 | " + " | ".join(
+            f"{_fmt(run['acceptance']['p50_ms'])} / {_fmt(run['acceptance']['p99_ms'])}"
+            for _, run in columns
+        ) + " |",
+        "| client mean outside the route | " + " | ".join(
+            "—" if run.get("outside_route_mean_ms") is None
+            else _fmt(float(run["outside_route_mean_ms"]))
+            for _, run in columns
+        ) + " |",
+    ]
+    for phase in phases:
+        cells = [
+            _fmt(float(run["phases_ms"][phase]["mean_ms"])) if phase in run["phases_ms"] else "—"
+            for _, run in columns
+        ]
+        lines.append(f"| {phase} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def plot_latency(measures: list[tuple[str, Pcts]], out: Path) -> None:
@@ -300,6 +356,7 @@ def markdown(latest: Json, measures: list[tuple[str, Pcts]]) -> str:
         f"| {r['worker_cpu_ms_per_operation']} |"
         for r in c["rounds"]
     ]
+    lines += phase_table(latest["benchmarks"])
     lines += ["", "## Benchmarks included", ""]
     lines += [f"- `{name}.json`" for name in latest["benchmarks"]]
     return "\n".join(lines) + "\n"

@@ -187,6 +187,15 @@ def latency_dashboard() -> Dashboard:
             "holdline_acceptance_seconds",
             "Time from a turn request to its acceptance; never waits for operations.",
         ),
+        Panel(
+            "Turn phases p50 (HOLDLINE_TURN_PHASES=1)",
+            one(quantile("0.5", "holdline_turn_phase_seconds", by="phase"), "{{phase}}"),
+            unit="s",
+            description=(
+                "Where a turn's acceptance time goes: claim, appends, model, admission, reply. "
+                "Empty unless the surface runs with HOLDLINE_TURN_PHASES=1."
+            ),
+        ),
         latency(
             "Speech stop → acceptance audio",
             "holdline_speech_stop_to_acceptance_audio_seconds",

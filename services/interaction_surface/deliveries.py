@@ -158,14 +158,24 @@ class DeliveryExecutor:
         except Exception:
             log.exception("delivery %s: playback failed", delivery_id)
 
-    async def settle_voice(self, delivery_id: str, settled: Settled, *, write: bool) -> None:
-        """Spoken only on a clean mark; anything else is unheard (the policy retries it)."""
+    async def settle_voice(
+        self, delivery_id: str, settled: Settled, *, write: bool, within_reply: bool = False
+    ) -> None:
+        """Spoken only on a clean mark; anything else is unheard (the policy retries it).
+
+        A delivery attached to a reply (`within_reply`) that was cut is spoken when all of its
+        words are in what the history keeps of that reply: saying it again would repeat it,
+        and leaving it out would make the history claim words the record calls unheard.
+        """
         for _ in range(_RETRIES):
             current = self._view.deliveries.get(delivery_id)
             if current is None or current.status is not DeliveryStatus.SENT:
                 return
+            heard = settled.heard or (
+                within_reply and bool(current.text) and current.text in settled.heard_text
+            )
             try:
-                if settled.heard:
+                if heard:
                     found = self._view.log(current.session_id)
                     if write and (found is None or delivery_id not in found.written):
                         await self._write_message(current)

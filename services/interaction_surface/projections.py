@@ -220,13 +220,19 @@ class SurfaceView:
         except TimeoutError:
             raise TimeoutError(f"{context.value} not applied up to {seq}") from None
 
-    async def sync(self, timeout_s: float = 5.0) -> None:
-        """A barrier: every event appended to any stream before this call is applied after it."""
+    async def sync(
+        self, timeout_s: float = 5.0, contexts: tuple[Context, ...] = STREAMS
+    ) -> None:
+        """A barrier: every event appended to these streams (all by default) before this call
+        is applied after it. A caller that only re-reads one stream's state names that stream:
+        it then waits for that stream alone, not behind every other stream's backlog."""
         if self._js is None or self._topology is None:
             return
         js, topology = self._js, self._topology
-        infos = await asyncio.gather(*(js.stream_info(topology.stream_name(c)) for c in STREAMS))
-        for context, info in zip(STREAMS, infos, strict=True):
+        infos = await asyncio.gather(
+            *(js.stream_info(topology.stream_name(c)) for c in contexts)
+        )
+        for context, info in zip(contexts, infos, strict=True):
             await self.wait_applied(context, int(info.state.last_seq or 0), timeout_s)
 
     async def wait_session_change(self, session_id: str, timeout_s: float) -> None:

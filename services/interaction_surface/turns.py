@@ -309,8 +309,10 @@ class Turns:
                     )
             except ConcurrencyConflict:
                 # Someone wrote to the session since our view of it: catch up and look again.
+                # Only the interaction stream is read again (sequence, open turn), so only it
+                # is waited for, not the backlog of the operation streams.
                 with metrics.turn_phase("conflict_sync"):
-                    await self._view.sync()
+                    await self._view.sync(contexts=(Context.INTERACTION,))
                 continue
             metrics.EVENTS_PUBLISHED.labels(stream="interaction").inc()
             with metrics.turn_phase("received_applied"):
@@ -540,7 +542,8 @@ class Turns:
                     expected_last_subject_seq=self._view.delivery_seq(delivery_id),
                 )
             except ConcurrencyConflict:
-                await self._view.sync()
+                # The delivery's status and sequence are all that is read again.
+                await self._view.sync(contexts=(Context.DELIVERIES,))
                 continue
             metrics.EVENTS_PUBLISHED.labels(stream="deliveries").inc()
             await self._view.wait_applied(Context.DELIVERIES, ack.seq)

@@ -182,7 +182,7 @@ async def start_voice(
         if found is None:
             return
         for delivery_id in ids:
-            await found.settle_voice(delivery_id, settled, write=False)
+            await found.settle_voice(delivery_id, settled, write=False, within_reply=True)
 
     def awaiting_confirmation(session_id: str) -> bool:
         return any(

@@ -91,6 +91,8 @@ async def test_dtmf_answers_a_confirmation_and_digits_become_a_turn(
     await chat.say(f"send 50 euros to {account}")
     operations = (await chat.snapshot())["operations"]
     assert [o["status"] for o in operations] == ["awaiting_confirmation"]
+    # A slow transfer: its (urgent) closing must not race the reply to the key press.
+    await fault(stack, match=account, latency_ms=1500, times=1)
     phone = await call_in(stack.url, chat, speed=4.0)
     before = await metric(client, "holdline_telephony_frames_rejected_total", reason="bad_dtmf")
     await phone.send({"event": "dtmf", "streamSid": phone.stream_sid, "dtmf": {"digit": "x"}})
