@@ -119,6 +119,11 @@ class SessionStream:
             if self._overflow:
                 await self._ws.close(code=1013, reason="too slow; resume with after=<cursor>")
                 return
+            found = self._view.log(self._session_id)
+            if found is not None and found.erased:
+                # The same answer a new connection gets (4000 + 404): the session is gone.
+                await self._ws.close(code=4404, reason="session erased")
+                return
             await self._send_snapshot()
 
     async def _send_snapshot(self) -> None:

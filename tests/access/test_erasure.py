@@ -4,10 +4,12 @@ and the business it started still reaches its outcome exactly once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 
 import httpx
 import msgspec
+from websockets.exceptions import ConnectionClosed
 
 from libs.bus import Context, Topology, connect
 from libs.config import BusSettings
@@ -31,6 +33,7 @@ async def test_erasure_closes_purges_texts_and_keeps_the_business_outcome(
     operation = answer["operations"][0]
     assert operation["status"] == "admitted"
     cursor = (await chat.snapshot())["cursor"]
+    live = await chat.stream()
 
     erased = await client.delete(f"/v1/sessions/{chat.session_id}", headers=chat.auth)
     assert erased.status_code == 200, erased.text
@@ -55,6 +58,14 @@ async def test_erasure_closes_purges_texts_and_keeps_the_business_outcome(
                 )
                 assert_problem(answer_after, 404)
     assert await ws_status(chat.stream_url(after=cursor)) == 404
+    # A stream already open is closed with the same answer, after at most a few frames.
+    async def closed() -> int | None:
+        with contextlib.suppress(ConnectionClosed):
+            async for _ in live:
+                pass
+        return live.close_code
+
+    assert await asyncio.wait_for(closed(), timeout=10) == 4404
 
     # The operation keeps its business outcome: committed once, one real effect.
     async def committed() -> bool:
