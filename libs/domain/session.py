@@ -33,6 +33,8 @@ class Message:
     text: str
     turn_id: str | None
     delivery_id: str | None = None
+    # The generation it came from: a cut reply is found by it even when it carries closings.
+    response_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,7 +90,8 @@ def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> Sessi
             return replace(state, messages=(*state.messages, message), client_turns=turns)
         case TurnReplied(text=text):
             message = Message(
-                role="assistant", text=text, turn_id=env.turn_id, delivery_id=env.delivery_id
+                role="assistant", text=text, turn_id=env.turn_id, delivery_id=env.delivery_id,
+                response_id=env.response_id,
             )
             return replace(state, messages=(*state.messages, message))
         case AgentHandedOff(to_agent=agent):
@@ -107,8 +110,9 @@ def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> Sessi
             return replace(state, playback_active=True)
         case PlaybackFinished():
             return replace(state, playback_active=False)
-        case ReplyTruncated(text=text):
-            return replace(state, messages=_truncated(state.messages, env.turn_id, text))
+        case ReplyTruncated(text=text, unheard_delivery_ids=unheard):
+            cut = _truncated(state.messages, env.turn_id, env.response_id, text, unheard)
+            return replace(state, messages=cut)
         case ChannelConnected(connection_id=conn):
             return replace(state, connections=state.connections | {conn})
         case ChannelDisconnected(connection_id=conn):
@@ -117,14 +121,29 @@ def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> Sessi
 
 
 def _truncated(
-    messages: tuple[Message, ...], turn_id: str | None, heard: str
+    messages: tuple[Message, ...],
+    turn_id: str | None,
+    response_id: str | None,
+    heard: str,
+    unheard: tuple[str, ...] = (),
 ) -> tuple[Message, ...]:
-    """The turn's last assistant reply cut to what was heard (removed if nothing was)."""
+    """The cut reply reduced to what was heard (removed if nothing was).
+
+    The reply is the message of that generation (`response_id`), closings it carried
+    included; without one, the turn's last reply that is not a closing of its own.
+    """
     for index in range(len(messages) - 1, -1, -1):
         found = messages[index]
-        if found.role == "assistant" and found.turn_id == turn_id and found.delivery_id is None:
+        if response_id is not None and found.response_id is not None:
+            match = found.response_id == response_id
+        else:
+            match = found.turn_id == turn_id and found.delivery_id is None
+        if found.role == "assistant" and match:
             rest = messages[index + 1 :]
             if not heard.strip():
                 return (*messages[:index], *rest)
-            return (*messages[:index], replace(found, text=heard.strip()), *rest)
+            # A message names a closing only while it still holds its words.
+            delivery_id = None if found.delivery_id in unheard else found.delivery_id
+            kept = replace(found, text=heard.strip(), delivery_id=delivery_id)
+            return (*messages[:index], kept, *rest)
     return messages

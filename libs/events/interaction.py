@@ -103,6 +103,8 @@ class ReplyTruncated(_Event, frozen=True, kw_only=True, tag="reply.truncated"):
     text: str
     played_ms: int
     unheard_ms: int
+    # Closings the reply carried whose words were not heard: the kept text no longer has them.
+    unheard_delivery_ids: tuple[str, ...] = ()
 
 
 class ChannelConnected(_Event, frozen=True, kw_only=True, tag="channel.connected"):

@@ -55,11 +55,11 @@ from libs.events import (
 from libs.service import Runtime
 
 from .auth import new_id
+from .playback import Settled, carried_heard
 from .projections import Entry, SurfaceView
 from .settings import Settings
 
 if TYPE_CHECKING:
-    from .playback import Settled
     from .telephony import Call, CallOwnership, CallRegistry
 
 log = logging.getLogger(__name__)
@@ -171,9 +171,7 @@ class DeliveryExecutor:
             current = self._view.deliveries.get(delivery_id)
             if current is None or current.status is not DeliveryStatus.SENT:
                 return
-            heard = settled.heard or (
-                within_reply and bool(current.text) and current.text in settled.heard_text
-            )
+            heard = carried_heard(current.text, settled) if within_reply else settled.heard
             try:
                 if heard:
                     found = self._view.log(current.session_id)

@@ -59,6 +59,12 @@ class Settled:
         return heard_prefix(self.utterance.text, self.played_ms, self.utterance.duration_ms)
 
 
+def carried_heard(text: str, settled: Settled) -> bool:
+    """Whether a closing carried inside a reply was heard: the reply was, or every word of
+    the closing is in what the history keeps of it (saying it again would repeat it)."""
+    return settled.heard or (bool(text) and text in settled.heard_text)
+
+
 def heard_prefix(text: str, played_ms: int, duration_ms: int) -> str:
     """The words spoken within `played_ms`, assuming an even speech rate over the text.
 

@@ -81,7 +81,7 @@ from libs.problems import problem
 
 from .auth import hash_token, new_id, new_token
 from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_ms, ulaw_to_pcm16
-from .playback import PlaybackLedger, Settled, unheard_rest
+from .playback import PlaybackLedger, Settled, carried_heard, unheard_rest
 from .speech import Recognizer, SpeechToText, TextToSpeech, final_text
 from .vad import VadConfig, VadEvent, VoiceActivity
 
@@ -178,6 +178,8 @@ class SpeechPorts:
     turn: Callable[..., Awaitable[tuple[str, str, str, tuple[str, ...]]]] | None
     # Called with every settled reply that carried attached deliveries.
     settle_attached: Callable[[str, tuple[str, ...], Settled], Awaitable[None]] | None = None
+    # The current texts of deliveries (closings a reply carries), by id.
+    delivery_texts: Callable[[tuple[str, ...]], dict[str, str]] | None = None
     # Whether an operation of the session waits for the caller's yes or no.
     awaiting_confirmation: Callable[[str], bool] | None = None
     # Inter-digit pause that ends a DTMF entry without `#`.
@@ -568,11 +570,15 @@ class Call:
             self._turn_task = None
         settled = await self.say(reply, response_id, turn_id=turn_id, response_id=response_id)
         if not settled.heard:
+            texts = self.ports.delivery_texts(attached) if self.ports.delivery_texts else {}
             self.interaction(
                 ReplyTruncated(
                     text=settled.heard_text,
                     played_ms=settled.played_ms,
                     unheard_ms=settled.unheard_ms,
+                    unheard_delivery_ids=tuple(
+                        d for d in attached if not carried_heard(texts.get(d, ""), settled)
+                    ),
                 ),
                 turn_id=turn_id,
                 response_id=response_id,

@@ -184,6 +184,10 @@ async def start_voice(
         for delivery_id in ids:
             await found.settle_voice(delivery_id, settled, write=False, within_reply=True)
 
+    def delivery_texts(ids: tuple[str, ...]) -> dict[str, str]:
+        states = (surface.view.deliveries.get(d) for d in ids)
+        return {s.delivery_id: s.text for s in states if s is not None}
+
     def awaiting_confirmation(session_id: str) -> bool:
         return any(
             op.status is OpStatus.AWAITING_CONFIRMATION
@@ -199,6 +203,7 @@ async def start_voice(
         append_control=control,
         turn=turn,
         settle_attached=settle_attached,
+        delivery_texts=delivery_texts,
         awaiting_confirmation=awaiting_confirmation,
         dtmf_pause_ms=env_int("HOLDLINE_DTMF_PAUSE_MS", 2000),
     )
