@@ -499,6 +499,10 @@ class Call:
             if generation != self._generation:
                 # Queued behind audio that a barge-in cut: the caller moved on.
                 return self._abandon(playback_id, text, "barge_in", **ids)
+            if not interrupt and playback_id == ids.get("delivery_id") and self.vad.speaking:
+                # The policy decided on a view that had not yet seen the caller start talking;
+                # this call hears them now, and only an urgent closing talks over a caller.
+                return self._abandon(playback_id, text, "user_speaking", **ids)
             self.ledger.begin(playback_id, text, self.now_ms(), **ids)
             pending.task = asyncio.create_task(self._stream(playback_id, text, ids))
             await asyncio.wait({pending.task})
