@@ -559,10 +559,17 @@ def decide_delivery(
         return GateOutcome(events=[])
     events: list[DeliveryEvent] = []
     if delivery.status is DeliveryStatus.UNHEARD:
-        reason = f"unheard: retry shorter ({delivery.reason or 'cut'})"
-        events.append(DeliveryRequeued(text=delivery.short_text, reason=reason))
+        # Cut while playing: said again shorter. Held back before any audio (the caller was
+        # talking): nothing was heard, so it is said whole.
+        held = delivery.reason == "user_speaking"
+        text = delivery.text if held else delivery.short_text
+        reason = (
+            "unheard: not started (user_speaking)" if held
+            else f"unheard: retry shorter ({delivery.reason or 'cut'})"
+        )
+        events.append(DeliveryRequeued(text=text, reason=reason))
         delivery = replace(
-            delivery, status=DeliveryStatus.PENDING, text=delivery.short_text, decision=None,
+            delivery, status=DeliveryStatus.PENDING, text=text, decision=None,
             reason=reason, recheck_at=None, resync=False,
         )
     first = delivery.decision is None

@@ -31,6 +31,7 @@ from libs.events import (
     ChannelConnected,
     DeliveryDecided,
     DeliveryReady,
+    DeliveryRequeued,
     DeliverySuperseded,
     Envelope,
     PlaybackFinished,
@@ -203,6 +204,21 @@ def test_an_unchanged_decision_appends_nothing() -> None:
     assert isinstance(decided, DeliveryDecided)
     waiting = delivery_domain.evolve(_delivery(), _env(decided, delivery_id="d1"))
     assert decide_delivery(waiting, view, T0 + timedelta(seconds=1), POLICY).events == []
+
+
+@pytest.mark.parametrize(
+    ("reason", "said_again"),
+    [("barge_in", "All done."), ("call_ended", "All done."), ("user_speaking", "All done: a.")],
+)
+def test_an_unheard_closing_comes_back_shorter_unless_it_never_started(
+    reason: str, said_again: str
+) -> None:
+    unheard = _delivery(status=DeliveryStatus.UNHEARD, reason=reason, unheard=1)
+    view = SessionView(channel=ChannelState(session_id="s1"), ops={})
+    outcome = decide_delivery(unheard, view, T0, POLICY)
+    requeued = outcome.events[0]
+    assert isinstance(requeued, DeliveryRequeued)
+    assert requeued.text == said_again
 
 
 _CHANNEL_EVENTS = st.sampled_from([
