@@ -315,7 +315,8 @@ async def test_tool_finishes_while_the_user_is_still_speaking(
 ) -> None:
     chat = await open_chat(client)
     name = unique("trello")
-    await fault(stack, match=name, latency_ms=500, times=1)
+    # Slow enough that the user is typing before the effect, even on a loaded machine.
+    await fault(stack, match=name, latency_ms=1500, times=1)
     batch, [op] = ids(await chat.say(f"give me access to {name}"))
     await chat.typing(True)
     await held_back(chat, batch)
@@ -379,7 +380,8 @@ async def test_process_restarts_after_the_effect_and_before_the_follow_up(
 ) -> None:
     chat = await open_chat(client)
     name = unique("zendesk")
-    await fault(stack, match=name, latency_ms=500, times=1)
+    # Slow enough that the user is typing before the effect, even on a loaded machine.
+    await fault(stack, match=name, latency_ms=1500, times=1)
     batch, [op] = ids(await chat.say(f"give me access to {name}"))
     await chat.typing(True)
     await held_back(chat, batch)
