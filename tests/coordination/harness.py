@@ -7,14 +7,12 @@ admission and the operation-worker would, and execute the policy's decisions by 
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from nats.js import JetStreamContext
 
@@ -47,7 +45,6 @@ from libs.events import (
 )
 from tests.support.processes import ServiceProcess, free_port
 
-T = TypeVar("T")
 _IDS = itertools.count(1)
 
 FAST_ENV = {
@@ -273,20 +270,6 @@ class Scripted:
             for e in await self.delivery_events(session)
             if e.delivery_id == delivery and isinstance(e.event, DeliveryDecided)
         ]
-
-
-async def eventually(
-    probe: Callable[[], Awaitable[T | None]], *, timeout_s: float = 10.0, every_s: float = 0.05
-) -> T:
-    """Poll until the probe returns something truthy; fail with the last value otherwise."""
-    deadline = time.monotonic() + timeout_s
-    last: T | None = None
-    while time.monotonic() < deadline:
-        last = await probe()
-        if last:
-            return last
-        await asyncio.sleep(every_s)
-    raise AssertionError(f"condition not met within {timeout_s}s (last: {last!r})")
 
 
 async def assert_one_final(scripted: Scripted, session: str, batch: str) -> Envelope[Any]:

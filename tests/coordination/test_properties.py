@@ -27,8 +27,9 @@ from libs.events import (
     SpeechStopped,
 )
 from tests.support.processes import Broker
+from tests.surface.stack import eventually
 
-from .harness import Scripted, Services, eventually, make_services
+from .harness import Scripted, Services, make_services
 
 Step = tuple[str, int, int]
 

@@ -34,7 +34,8 @@ from libs.events import (
     TurnReceived,
     UserActivity,
 )
-from tests.coordination.harness import Scripted, Services, assert_one_final, eventually, new_id
+from tests.coordination.harness import Scripted, Services, assert_one_final, new_id
+from tests.surface.stack import eventually
 
 
 async def _voice_session(scripted: Scripted) -> str:
