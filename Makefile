@@ -3,6 +3,8 @@ SHELL := /bin/bash
 .DEFAULT_GOAL := help
 BIN := .venv/bin
 PYTEST_ARGS ?=
+# Most tests wait on timers and child processes, so two workers on two cores halve the wall clock.
+PYTEST_WORKERS ?= 2
 
 .PHONY: help venv run test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-voice chaos dashboards clean
 
@@ -27,7 +29,7 @@ typecheck: venv
 
 test: venv lint typecheck
 	scripts/ensure-system-deps.sh
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 proto: venv
 	$(BIN)/python -m libs.proto

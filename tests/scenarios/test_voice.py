@@ -102,7 +102,8 @@ async def test_barge_in_after_running(client: httpx.AsyncClient, stack: SurfaceS
     phone = Phone(stack.url, params(chat))
     await phone.dial()
     slow, fast = unique("vault"), unique("wiki")
-    await fault(stack, match=slow, latency_ms=900, times=1)
+    # Long enough that the caller's barge-in lands while it runs, even on a loaded machine.
+    await fault(stack, match=slow, latency_ms=3000, times=1)
     busy, [running_op] = ids(await chat.say(f"give me access to {slow}"))
 
     async def started() -> bool:
