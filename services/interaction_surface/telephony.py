@@ -810,7 +810,11 @@ def build_telephony_router(telephony: Telephony) -> APIRouter:
         if trust.signed:
             signature = request.headers.get(SIGNATURE_HEADER)
             if not trust.verify(url, pairs, signature, request.headers.get(SETTINGS_HEADER)):
-                log.warning("telephony: voice webhook refused: no valid signature for %s", url)
+                # The query may carry a session token: only the origin and path are logged.
+                log.warning(
+                    "telephony: voice webhook refused: no valid signature for %s",
+                    url.split("?", 1)[0],
+                )
                 return problem(403, "Forbidden", "bad Twilio signature")
         elif not is_local(peer, request.headers):
             return problem(
@@ -853,7 +857,9 @@ def build_telephony_router(telephony: Telephony) -> APIRouter:
             url = public_url(trust, str(websocket.url), peer, websocket.headers)
             signature = websocket.headers.get(SIGNATURE_HEADER)
             if not trust.verify(url, [], signature, websocket.headers.get(SETTINGS_HEADER)):
-                log.warning("telephony: stream refused: no valid signature for %s", url)
+                log.warning(
+                    "telephony: stream refused: no valid signature for %s", url.split("?", 1)[0]
+                )
                 await websocket.close(code=4403)
                 return
         await websocket.accept()
