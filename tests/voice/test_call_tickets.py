@@ -1,4 +1,4 @@
-"""Who may open a phone session, over the real webhook and the real WebSocket.
+"""Who may open a phone session, over the real webhook and WebSocket of a real surface.
 
 The signed voice webhook issues a call ticket; a stream's `start` needs that ticket (or the
 session's token) or it is closed with 4403 before anything is stored, whatever it forged,
@@ -18,6 +18,7 @@ import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,9 +34,9 @@ from libs.config import BusSettings
 from libs.events import INTERACTION, ChannelConnected, SessionOpened
 from services.interaction_surface.twilio_trust import TrustSettings, issue_ticket
 from tests.support.processes import ROOT, Broker, ServiceProcess, free_port
-from tests.surface.stack import SurfaceStack, eventually, open_chat
+from tests.surface.stack import eventually, open_chat
 
-from .helpers import metric, unique, voice_stack
+from .helpers import metric, unique
 from .phone import AUTH_TOKEN, Phone, answered, twiml_parameters
 
 SHARED_KEY = ("webhooks_sharedkey_test", "shared-secret-for-tests")
@@ -44,25 +45,53 @@ KEY = TrustSettings(auth_token=AUTH_TOKEN).ticket_key
 VOICE_PATH = "/v1/telephony/twilio/voice"
 
 
+@dataclass
+class Surface:
+    """An interaction surface alone on a prefix of its own: no turn runs a tool here."""
+
+    process: ServiceProcess
+    nats_url: str
+    prefix: str
+
+    @property
+    def url(self) -> str:
+        return self.process.base_url
+
+
+@contextlib.contextmanager
+def lone_surface(broker: Broker, logs: Path, env: dict[str, str]) -> Iterator[Surface]:
+    port = free_port()
+    prefix = f"k{uuid.uuid4().hex[:10]}"
+    process = ServiceProcess("interaction_surface", {
+        "NATS_URL": broker.url, "HOLDLINE_PREFIX": prefix, "INTERACTION_SURFACE_PORT": str(port),
+        "HOLDLINE_STT": "none", "HOLDLINE_LOG_LEVEL": "INFO", **env,
+    }, port, logs / "surface.log")
+    process.start(timeout_s=60)
+    try:
+        yield Surface(process, broker.url, prefix)
+    finally:
+        process.kill9()
+
+
 @pytest.fixture(scope="module")
-def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurfaceStack]:
+def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Surface]:
     """Signatures checked; this test process may act as the TLS-terminating proxy."""
     env = {
+        "TWILIO_AUTH_TOKEN": AUTH_TOKEN,
         "TWILIO_WEBHOOK_SHARED_KEYS": ":".join(SHARED_KEY),
         "HOLDLINE_TRUSTED_PROXIES": "127.0.0.1/32",
-        "HOLDLINE_STT": "none",
     }
-    with voice_stack(broker, tmp_path_factory.mktemp("tickets"), env=env) as running:
+    with lone_surface(broker, tmp_path_factory.mktemp("tickets"), env) as running:
         yield running
 
 
 @pytest.fixture
-async def client(stack: SurfaceStack) -> AsyncIterator[httpx.AsyncClient]:
+async def client(stack: Surface) -> AsyncIterator[httpx.AsyncClient]:
     async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
         yield http
 
 
-async def opened(stack: SurfaceStack, user: str, *, connected: bool = False) -> list[str]:
+async def opened(stack: Surface, user: str, *, connected: bool = False) -> list[str]:
     """Session ids the durable record opened for `user` (with `connected`: only those whose
     call is recorded as connected)."""
     settings = BusSettings(nats_url=stack.nats_url, prefix=stack.prefix)
@@ -92,13 +121,13 @@ async def closed_with(phone: Phone) -> int | None:
     return phone.ws.close_code
 
 
-async def refused(stack: SurfaceStack, params: dict[str, str], call_sid: str) -> int | None:
+async def refused(stack: Surface, params: dict[str, str], call_sid: str) -> int | None:
     phone = Phone(stack.url, params, call_sid=call_sid)
     await phone.dial()
     return await closed_with(phone)
 
 
-async def test_a_ticket_opens_one_session_once(stack: SurfaceStack) -> None:
+async def test_a_ticket_opens_one_session_once(stack: Surface) -> None:
     user = unique("tk-")
     honest = Phone(stack.url, {})
     honest.params = await answered(stack.url, honest.call_sid, f"user_id={user}&tenant_id=acme")
@@ -118,7 +147,7 @@ async def test_a_ticket_opens_one_session_once(stack: SurfaceStack) -> None:
 
 
 async def test_forged_expired_mismatched_or_missing_tickets_store_nothing(
-    stack: SurfaceStack, client: httpx.AsyncClient
+    stack: Surface, client: httpx.AsyncClient
 ) -> None:
     user = unique("tk-")
     call_sid = f"CA{uuid.uuid4().hex}"
@@ -160,7 +189,7 @@ async def test_forged_expired_mismatched_or_missing_tickets_store_nothing(
 
 
 async def test_a_token_continues_a_session_without_a_ticket(
-    stack: SurfaceStack, client: httpx.AsyncClient
+    stack: Surface, client: httpx.AsyncClient
 ) -> None:
     chat = await open_chat(client)
     query = f"session_id={chat.session_id}&token={chat.token}"
@@ -191,7 +220,7 @@ class Repeated(dict[str, list[str]]):
 
 
 async def test_the_webhook_accepts_what_twilio_signs_and_refuses_bad_input(
-    stack: SurfaceStack, client: httpx.AsyncClient
+    stack: Surface, client: httpx.AsyncClient
 ) -> None:
     base = stack.url
     port = base.rsplit(":", 1)[1]
@@ -262,18 +291,10 @@ async def test_the_webhook_accepts_what_twilio_signs_and_refuses_bad_input(
 def open_surface(
     broker: Broker, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServiceProcess]:
-    """A surface alone, without TWILIO_AUTH_TOKEN (as `make run` starts it)."""
-    port = free_port()
-    log = tmp_path_factory.mktemp("open-surface") / "surface.log"
-    env = {"NATS_URL": broker.url, "HOLDLINE_PREFIX": f"o{uuid.uuid4().hex[:10]}",
-           "INTERACTION_SURFACE_PORT": str(port), "TWILIO_AUTH_TOKEN": "",
-           "HOLDLINE_STT": "none", "HOLDLINE_LOG_LEVEL": "INFO"}
-    surface = ServiceProcess("interaction_surface", env, port, log)
-    surface.start(timeout_s=60)
-    try:
-        yield surface
-    finally:
-        surface.kill9()
+    """A surface without TWILIO_AUTH_TOKEN (as `make run` starts it)."""
+    logs = tmp_path_factory.mktemp("open-surface")
+    with lone_surface(broker, logs, {"TWILIO_AUTH_TOKEN": ""}) as running:
+        yield running.process
 
 
 async def test_without_an_auth_token_only_local_callers_open_sessions(
