@@ -194,7 +194,8 @@ async def test_retries_and_giving_up_early(
     started = time.monotonic()
     with pytest.raises(ModelError, match="would not finish"):
         await model.respond(turn("hello"))
-    assert time.monotonic() - started < 1.0
+    # Well inside the adapter's 2 s budget: the 5 s wait was never started.
+    assert time.monotonic() - started < 1.5
 
 
 async def test_failure_explanation(fake: FakeChatCompletions, model: ChatCompletionsModel) -> None:
