@@ -192,6 +192,11 @@ class TrustSettings:
                 "only local (loopback, unproxied) requests may use the voice webhook or open "
                 "a phone session"
             )
+        if self.shared_keys and not self.auth_token:
+            found.append(
+                "TWILIO_WEBHOOK_SHARED_KEYS is set without TWILIO_AUTH_TOKEN: call tickets need "
+                "the auth token, so nothing is checked and only local requests are served"
+            )
         if self.public_url:
             parts = urlsplit(self.public_url)
             if parts.scheme not in ("http", "https") or not parts.hostname:

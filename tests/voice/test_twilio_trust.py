@@ -247,6 +247,8 @@ def test_the_start_up_check_says_what_is_misconfigured(monkeypatch: pytest.Monke
     env(monkeypatch, TWILIO_AUTH_TOKEN=TOKEN, HOLDLINE_PUBLIC_URL="https://calls.example.com/")
     assert TrustSettings.from_env().problems() == []
     assert TrustSettings.from_env().public_url == "https://calls.example.com"
+    env(monkeypatch, TWILIO_WEBHOOK_SHARED_KEYS="k1:secret")
+    assert any("without TWILIO_AUTH_TOKEN" in p for p in TrustSettings.from_env().problems())
     env(monkeypatch, TWILIO_AUTH_TOKEN=TOKEN, HOLDLINE_TRUSTED_PROXIES="10.0.0.0/8, ::1")
     assert TrustSettings.from_env().problems() == []
     for name, value, match in (
