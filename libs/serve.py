@@ -27,8 +27,13 @@ def _exit_cleanly(_sig: int, _frame: FrameType | None) -> None:
     raise SystemExit(0)
 
 
-def serve(app: FastAPI, *, service: str, env_prefix: str, default_port: int) -> None:
-    """Serve the app on `<PREFIX>_HOST:<PREFIX>_PORT` until SIGINT/SIGTERM."""
+def serve(
+    app: FastAPI, *, service: str, env_prefix: str, default_port: int, proxy_headers: bool = True
+) -> None:
+    """Serve the app on `<PREFIX>_HOST:<PREFIX>_PORT` until SIGINT/SIGTERM.
+
+    `proxy_headers=False`: uvicorn leaves the peer and scheme as they arrived.
+    """
     configure_logging(service)
     http = HttpSettings.from_env(env_prefix, default_port)
     signal.signal(signal.SIGTERM, _exit_cleanly)
@@ -38,6 +43,7 @@ def serve(app: FastAPI, *, service: str, env_prefix: str, default_port: int) -> 
         port=http.port,
         log_level=os.environ.get("HOLDLINE_LOG_LEVEL", "info").lower(),
         access_log=False,
+        proxy_headers=proxy_headers,
         # Leave time for in-flight requests and consumer drains, within the supervisor's budget.
         timeout_graceful_shutdown=int(env_float("HOLDLINE_GRACEFUL_SHUTDOWN_S", 10.0)),
     )

@@ -1,5 +1,6 @@
 """Language models behind a small interface, chosen by name (`HOLDLINE_MODEL`, default mock)."""
 
+from .chat_completions import ChatCompletionsModel
 from .interface import (
     AdmissionNote,
     ChatMessage,
@@ -27,6 +28,7 @@ from .registry import (
 
 __all__ = [
     "AdmissionNote",
+    "ChatCompletionsModel",
     "ChatMessage",
     "ConversationModel",
     "LiveOperation",

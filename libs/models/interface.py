@@ -85,6 +85,9 @@ class TurnRequest:
     # The user's local date (YYYY-MM-DD) for "today", "tomorrow", "el viernes". Models never
     # read the clock: without it, a relative date makes the model ask for the date instead.
     today: str | None = None
+    # `time.monotonic()` by which the turn needs the answer: a model that retries gives up
+    # before it rather than after (None: the model's own timeout alone).
+    deadline: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,7 @@
 """Models by name. `HOLDLINE_MODEL` picks one; `mock` needs no credentials.
 
-With `HOLDLINE_MODEL` unset, `OPENAI_API_KEY` selects the OpenAI Responses adapter.
+With `HOLDLINE_MODEL` unset, `OPENAI_API_KEY` selects the OpenAI Responses adapter;
+`chat-completions` is any OpenAI-compatible Chat Completions server (`HOLDLINE_MODEL_*`).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from collections.abc import Callable
 
 from libs.config import env_str
 
+from .chat_completions import ChatCompletionsModel
 from .interface import ConversationModel
 from .mock import MockModel
 from .openai_responses import OpenAIResponsesModel
@@ -23,6 +25,7 @@ ModelFactory = Callable[[], ConversationModel]
 _FACTORIES: dict[str, ModelFactory] = {
     "mock": MockModel,
     "openai": OpenAIResponsesModel.from_env,
+    "chat-completions": ChatCompletionsModel.from_env,
 }
 
 

@@ -30,6 +30,9 @@ Either way the call runs a turn recorded as `turn.received` (channel voice) whos
 Several surface processes share the streams; a call lives in exactly one of them. Its
 owner is a KV key per call (`CallOwnership`), refreshed while the call lasts in a bucket
 whose entries expire, so a process killed mid-call stops owning its calls within one TTL.
+
+Trust (signatures, call tickets, the local-only rule without an auth token) is in
+`twilio_trust`; the routes here apply it before anything is stored.
 """
 
 from __future__ import annotations
@@ -38,8 +41,6 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import hashlib
-import hmac
 import logging
 import re
 import time
@@ -48,18 +49,16 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import parse_qsl
 from xml.sax.saxutils import quoteattr
 
 import msgspec
 from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
 from fastapi.responses import Response
-from nats.js.errors import KeyNotFoundError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from nats.js.kv import KeyValue
 
 from libs import metrics
 from libs.bus import append
-from libs.config import env_str
 from libs.domain import SessionState
 from libs.events import (
     CONTROL,
@@ -83,6 +82,21 @@ from .auth import hash_token, new_id, new_token
 from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_ms, ulaw_to_pcm16
 from .playback import PlaybackLedger, Settled, carried_heard, unheard_rest
 from .speech import Recognizer, SpeechToText, TextToSpeech, final_text
+from .twilio_trust import (
+    SETTINGS_HEADER,
+    SIGNATURE_HEADER,
+    TICKET,
+    TicketRefused,
+    TrustSettings,
+    check_ticket,
+    compute_signature,
+    form_pairs,
+    is_local,
+    issue_ticket,
+    public_url,
+    stream_url,
+    text_params,
+)
 from .vad import VadConfig, VadEvent, VoiceActivity
 
 log = logging.getLogger(__name__)
@@ -102,18 +116,19 @@ _MAX_RESUMES = 2
 _RESUME = ".resume"
 
 
+# The voice webhook's form is about a kilobyte; past this it is refused (413).
+_MAX_WEBHOOK_BYTES = 64 * 1024
+STREAM_PATH = "/v1/telephony/twilio"
+
+
 def twilio_signature(auth_token: str, url: str, params: dict[str, str]) -> str:
     """Twilio's X-Twilio-Signature: base64 HMAC-SHA1 of the URL + sorted POST params."""
-    payload = url + "".join(k + params[k] for k in sorted(params))
-    digest = hmac.new(auth_token.encode(), payload.encode(), hashlib.sha1).digest()
-    return base64.b64encode(digest).decode()
+    return compute_signature(auth_token, url, list(params.items()))
 
 
 def signature_ok(auth_token: str, url: str, params: dict[str, str], presented: str | None) -> bool:
-    """Whether the presented signature is Twilio's for this request."""
-    if not presented:
-        return False
-    return hmac.compare_digest(twilio_signature(auth_token, url, params), presented)
+    """Whether the presented signature is Twilio's for this request (either port form)."""
+    return TrustSettings(auth_token=auth_token).verify(url, list(params.items()), presented)
 
 
 def _now() -> datetime:
@@ -720,25 +735,13 @@ class Telephony:
     find_session: SessionLookup
     open_session: Callable[[str, str], Awaitable[SessionState]]
     default_tenant: str = "default"
-    auth_token: str = ""
-    public_url: str = ""
+    trust: TrustSettings = field(default_factory=TrustSettings)
     ownership: CallOwnership | None = None
+    # Create-once claims of used call tickets (a replay fails on every surface).
+    tickets: KeyValue | None = None
+    clock: Callable[[], float] = time.time
     # The periodic sweep of calls whose owner died (see `deliveries`).
     sweeper: asyncio.Task[None] | None = None
-
-
-def _authentic(telephony: Telephony, url: str, params: dict[str, str], sig: str | None) -> bool:
-    # Without a configured token there is nothing to check against (local runs, tests).
-    return not telephony.auth_token or signature_ok(telephony.auth_token, url, params, sig)
-
-
-def _signed_url(telephony: Telephony, url: str, path_and_query: str, *, ws: bool) -> str:
-    if not telephony.public_url:
-        return url
-    base = telephony.public_url.rstrip("/")
-    if ws:
-        base = base.replace("https://", "wss://").replace("http://", "ws://")
-    return base + path_and_query
 
 
 def _caller_id(raw: str | None) -> str | None:
@@ -748,53 +751,119 @@ def _caller_id(raw: str | None) -> str | None:
     return f"tel-{digits}"[:64] if digits else None
 
 
+class StreamRefused(Exception):
+    """A `start` that opens nothing: closed with `code`, counted under `reason`."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+_unsafe_stream_url_logged = False
+
+
+async def _webhook_form(request: Request) -> list[tuple[str, str]] | Response:
+    """Every (key, value) of the webhook's form, or the problem answer for a bad body."""
+    size = 0
+    chunks: list[bytes] = []
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > _MAX_WEBHOOK_BYTES:
+            return problem(413, "Payload too large", f"the form exceeds {_MAX_WEBHOOK_BYTES} bytes")
+        chunks.append(chunk)
+    try:
+        return form_pairs(b"".join(chunks))
+    except UnicodeDecodeError:
+        return problem(400, "Bad request", "the form is not UTF-8")
+
+
+def _stream_parameters(
+    telephony: Telephony, query: Any, form: dict[str, str]
+) -> dict[str, str] | Response:
+    """The `<Parameter>`s of the TwiML: a session to continue, or the caller to open one."""
+    if query.get("session_id") or query.get("token"):
+        session_id, token = query.get("session_id", ""), query.get("token", "")
+        if not _ID.match(session_id) or not token or len(token) > 128:
+            return problem(400, "Bad request", "session_id and token must both be valid")
+        return {"session_id": session_id, "token": token}
+    user = query.get("user_id") or _caller_id(form.get("From")) or "caller"
+    tenant = query.get("tenant_id") or telephony.default_tenant
+    if not _ID.match(user) or not _ID.match(tenant):
+        return problem(400, "Bad request", "user_id and tenant_id must be ids of 1-64 characters")
+    return {"user_id": user, "tenant_id": tenant}
+
+
 def build_telephony_router(telephony: Telephony) -> APIRouter:
     """`POST /v1/telephony/twilio/voice` and `WS /v1/telephony/twilio`."""
     router = APIRouter()
 
     @router.post("/v1/telephony/twilio/voice")
     async def voice(request: Request) -> Response:
-        raw = (await request.body())[:65536]
-        params = dict(parse_qsl(raw.decode("utf-8", "replace"), keep_blank_values=True))
-        path_query = request.url.path + (f"?{request.url.query}" if request.url.query else "")
-        url = _signed_url(telephony, str(request.url), path_query, ws=False)
-        if not _authentic(telephony, url, params, request.headers.get("x-twilio-signature")):
-            return problem(403, "Forbidden", "bad Twilio signature")
-        query = request.query_params
-        custom: dict[str, str] = {}
-        if query.get("session_id") and query.get("token"):
-            custom = {"session_id": query["session_id"], "token": query["token"]}
-        else:
-            user = query.get("user_id") or _caller_id(params.get("From")) or "caller"
-            custom = {
-                "user_id": user,
-                "tenant_id": query.get("tenant_id") or telephony.default_tenant,
-            }
-        if telephony.public_url:
-            stream_url = _signed_url(telephony, "", "/v1/telephony/twilio", ws=True)
-        else:
-            base = str(request.base_url).rstrip("/")
-            stream_url = base.replace("https://", "wss://").replace("http://", "ws://")
-            stream_url += "/v1/telephony/twilio"
+        global _unsafe_stream_url_logged  # noqa: PLW0603 - one log line per process
+        pairs = await _webhook_form(request)
+        if isinstance(pairs, Response):
+            return pairs
+        trust = telephony.trust
+        peer = request.client.host if request.client else None
+        url = public_url(trust, str(request.url), peer, request.headers)
+        if trust.signed:
+            signature = request.headers.get(SIGNATURE_HEADER)
+            if not trust.verify(url, pairs, signature, request.headers.get(SETTINGS_HEADER)):
+                # The query may carry a session token: only the origin and path are logged.
+                log.warning(
+                    "telephony: voice webhook refused: no valid signature for %s",
+                    url.split("?", 1)[0],
+                )
+                return problem(403, "Forbidden", "bad Twilio signature")
+        elif not is_local(peer, request.headers):
+            return problem(
+                403, "Forbidden", "TWILIO_AUTH_TOKEN is not set: only local requests are served"
+            )
+        form = dict(pairs)
+        custom = _stream_parameters(telephony, request.query_params, form)
+        if isinstance(custom, Response):
+            return custom
+        if trust.signed:
+            call_sid = form.get("CallSid", "")
+            if not call_sid:
+                return problem(400, "Bad request", "the form has no CallSid")
+            custom[TICKET] = issue_ticket(
+                trust.ticket_key, call_sid, custom, now=telephony.clock(), ttl_s=trust.ticket_ttl_s
+            )
+        target = stream_url(url, STREAM_PATH)
+        unsafe = target.startswith("ws://") and not is_local(peer, request.headers)
+        if unsafe and not _unsafe_stream_url_logged:
+            _unsafe_stream_url_logged = True
+            log.warning(
+                "telephony: the TwiML points the stream at %s; Twilio only connects to "
+                "wss:// (set HOLDLINE_PUBLIC_URL or HOLDLINE_TRUSTED_PROXIES)", target
+            )
         parameters = "".join(
             f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in custom.items()
         )
         twiml = (
             '<?xml version="1.0" encoding="UTF-8"?><Response><Connect>'
-            f"<Stream url={quoteattr(stream_url)}>{parameters}</Stream>"
+            f"<Stream url={quoteattr(target)}>{parameters}</Stream>"
             "</Connect></Response>"
         )
         return Response(twiml, media_type="application/xml")
 
-    @router.websocket("/v1/telephony/twilio")
+    @router.websocket(STREAM_PATH)
     async def stream(websocket: WebSocket) -> None:
-        path_query = websocket.url.path + (f"?{websocket.url.query}" if websocket.url.query else "")
-        url = _signed_url(telephony, str(websocket.url), path_query, ws=True)
-        if not _authentic(telephony, url, {}, websocket.headers.get("x-twilio-signature")):
-            await websocket.close(code=4403)
-            return
+        trust = telephony.trust
+        peer = websocket.client.host if websocket.client else None
+        if trust.signed:
+            url = public_url(trust, str(websocket.url), peer, websocket.headers)
+            signature = websocket.headers.get(SIGNATURE_HEADER)
+            if not trust.verify(url, [], signature, websocket.headers.get(SETTINGS_HEADER)):
+                log.warning(
+                    "telephony: stream refused: no valid signature for %s", url.split("?", 1)[0]
+                )
+                await websocket.close(code=4403)
+                return
         await websocket.accept()
-        await _run_stream(telephony, websocket)
+        await _run_stream(telephony, websocket, local=is_local(peer, websocket.headers))
 
     return router
 
@@ -805,8 +874,11 @@ class _Stream:
 
     telephony: Telephony
     websocket: WebSocket
+    # A loopback peer with no proxy in between (may open sessions without an auth token).
+    local: bool = False
     call: Call | None = None
     early: dict[str, int] = field(default_factory=dict)
+    refused: int = 4404
 
     def reject(self, reason: str) -> None:
         if self.call is not None:
@@ -821,8 +893,14 @@ class _Stream:
         event, frame = parse_frame(raw)
         call = self.call
         if event == "start" and call is None:
-            self.call = await _start(self.telephony, self.websocket, frame)
-            return "refused" if self.call is None else None
+            try:
+                self.call = await _start(self.telephony, self.websocket, frame, local=self.local)
+            except StreamRefused as exc:
+                FRAMES_REJECTED.labels(reason=exc.reason).inc()
+                log.warning("telephony: start refused (%s), closing %d", exc.reason, exc.code)
+                self.refused = exc.code
+                return "refused"
+            return None
         if event == "stop":
             return "stop"
         if event == "media":
@@ -848,8 +926,8 @@ class _Stream:
         return None
 
 
-async def _run_stream(telephony: Telephony, websocket: WebSocket) -> None:
-    state = _Stream(telephony, websocket)
+async def _run_stream(telephony: Telephony, websocket: WebSocket, *, local: bool) -> None:
+    state = _Stream(telephony, websocket, local=local)
     reason = "disconnected"
     try:
         while True:
@@ -876,7 +954,7 @@ async def _run_stream(telephony: Telephony, websocket: WebSocket) -> None:
                 reason = ended
                 break
         if reason == "refused":
-            await websocket.close(code=4404)
+            await websocket.close(code=state.refused)
         elif reason == "stop":
             # The phone is done: close the stream with a close frame rather than drop it.
             await websocket.close(code=1000)
@@ -893,15 +971,42 @@ async def _run_stream(telephony: Telephony, websocket: WebSocket) -> None:
                 await telephony.ownership.release(call.connection_id)
 
 
-async def _start(telephony: Telephony, websocket: WebSocket, frame: dict[str, Any]) -> Call | None:
+async def _claim_ticket(telephony: Telephony, nonce: str) -> None:
+    """Use the ticket up, on every surface at once; StreamRefused when it was used before."""
+    if telephony.tickets is None:
+        raise StreamRefused(4403, "ticket_unverifiable")
+    try:
+        await telephony.tickets.create(f"t.{nonce}", b"used")
+    except KeyWrongLastSequenceError:
+        raise StreamRefused(4403, "ticket_replayed") from None
+    except Exception as exc:  # noqa: BLE001 - a claim that cannot be made refuses the call
+        log.warning("telephony: ticket claim failed: %r", exc)
+        raise StreamRefused(4403, "ticket_unverifiable") from None
+
+
+async def _start(
+    telephony: Telephony, websocket: WebSocket, frame: dict[str, Any], *, local: bool
+) -> Call:
+    """The call a `start` opens, or StreamRefused (before anything is stored)."""
     start = frame.get("start")
     if not isinstance(start, dict) or telephony.ports is None:
         raise FrameError("bad_start")
-    custom = start.get("customParameters")
-    params = {k: _text(v) or "" for k, v in custom.items()} if isinstance(custom, dict) else {}
+    params = text_params(start.get("customParameters"))
+    if params is None:
+        raise StreamRefused(4403, "bad_parameters")
+    raw_call_sid = _text(start.get("callSid")) or ""
     stream_sid = _text(start.get("streamSid")) or _text(frame.get("streamSid")) or new_id("MZ")
-    call_sid = _text(start.get("callSid")) or new_id("CA")
-    call_sid = re.sub(r"[^A-Za-z0-9_-]", "", call_sid)[:64] or new_id("CA")
+    call_sid = re.sub(r"[^A-Za-z0-9_-]", "", raw_call_sid)[:64] or new_id("CA")
+    trust = telephony.trust
+    nonce: str | None = None
+    if trust.signed and params.get(TICKET):
+        # Present: it must be ours, for this call and exactly these parameters.
+        try:
+            nonce = check_ticket(
+                trust.ticket_key, params[TICKET], raw_call_sid, params, now=telephony.clock()
+            )
+        except TicketRefused as exc:
+            raise StreamRefused(4403, exc.reason) from None
     session: SessionState | None = None
     if params.get("session_id"):
         try:
@@ -909,14 +1014,18 @@ async def _start(telephony: Telephony, websocket: WebSocket, frame: dict[str, An
         except Exception:  # noqa: BLE001 - any lookup failure refuses the call the same way
             session = None
         if session is None or session.closed:
-            FRAMES_REJECTED.labels(reason="unknown_session").inc()
-            return None
-    else:
+            raise StreamRefused(4404, "unknown_session")
+    elif trust.signed and nonce is None:
+        raise StreamRefused(4403, "ticket_missing")
+    elif not trust.signed and not local:
+        raise StreamRefused(4403, "not_local")
+    if nonce is not None:
+        await _claim_ticket(telephony, nonce)
+    if session is None:
         user = params.get("user_id", "")
         tenant = params.get("tenant_id") or telephony.default_tenant
         if not _ID.match(user) or not _ID.match(tenant):
-            FRAMES_REJECTED.labels(reason="bad_caller").inc()
-            return None
+            raise StreamRefused(4404, "bad_caller")
         session = await telephony.open_session(user, tenant)
     call = Call(websocket, session, stream_sid, call_sid, telephony.ports)
     if telephony.ownership is not None:
@@ -945,6 +1054,6 @@ async def append_control(
     metrics.EVENTS_PUBLISHED.labels(stream="control").inc()
 
 
-def telephony_settings() -> tuple[str, str]:
-    """`TWILIO_AUTH_TOKEN` (signature check when set), `HOLDLINE_PUBLIC_URL` (signed URLs)."""
-    return env_str("TWILIO_AUTH_TOKEN", ""), env_str("HOLDLINE_PUBLIC_URL", "")
+def telephony_settings() -> TrustSettings:
+    """What the edge trusts, from the environment (TelephonyMisconfigured when unusable)."""
+    return TrustSettings.from_env()

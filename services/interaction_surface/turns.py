@@ -215,6 +215,7 @@ class Turns:
             live_operations=live_operations(self._view.session_operations(session_id)),
             pending_updates=updates,
             today=_now().date().isoformat(),
+            deadline=time.monotonic() + self._settings.model_timeout_s,
         )
         reply: TurnReply | None
         try:

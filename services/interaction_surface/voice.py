@@ -43,6 +43,7 @@ from .telephony import (
     telephony_settings,
 )
 from .turns import TurnInput
+from .twilio_trust import CLAIM_MARGIN_S
 from .vad import VadConfig
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ log = logging.getLogger(__name__)
 
 def install_voice(app: FastAPI, surface: Surface, registry: CallRegistry) -> Telephony:
     """Include the telephony routes; `start_voice` fills in the engines at start-up."""
-    auth_token, public_url = telephony_settings()
+    trust = telephony_settings()
 
     async def find_session(session_id: str, token: str | None) -> SessionState:
         return await surface.session_for_token(session_id, token)
@@ -71,8 +72,7 @@ def install_voice(app: FastAPI, surface: Surface, registry: CallRegistry) -> Tel
         find_session=find_session,
         open_session=open_session,
         default_tenant=surface.settings.default_tenant,
-        auth_token=auth_token,
-        public_url=public_url,
+        trust=trust,
     )
     app.include_router(build_telephony_router(telephony))
     return telephony
@@ -103,6 +103,21 @@ async def _calls_bucket(surface: Surface, ttl_s: float) -> KeyValue:
         return await js.create_key_value(
             KeyValueConfig(
                 bucket=name, history=1, ttl=ttl_s, storage=StorageType.FILE,
+                replicas=surface.settings.bus.replicas,
+            )
+        )
+    except Exception:  # noqa: BLE001 - declared by another surface with other settings
+        return await js.key_value(name)
+
+
+async def _tickets_bucket(surface: Surface, ttl_s: float) -> KeyValue:
+    """Used call tickets: a claim outlives the ticket, so a replay is refused everywhere."""
+    js = surface.runtime.jetstream
+    name = surface.runtime.topology.bucket("call-tickets")
+    try:
+        return await js.create_key_value(
+            KeyValueConfig(
+                bucket=name, history=1, ttl=ttl_s + CLAIM_MARGIN_S, storage=StorageType.FILE,
                 replicas=surface.settings.bus.replicas,
             )
         )
@@ -157,6 +172,10 @@ async def start_voice(
         if name.strip():
             importlib.import_module(name.strip())
     rt = surface.runtime
+    # The start-up check: every misconfiguration of the phone edge, said once.
+    for problem in telephony.trust.problems():
+        log.warning("telephony: %s", problem)
+    telephony.tickets = await _tickets_bucket(surface, telephony.trust.ticket_ttl_s)
     await start_ownership(telephony, surface, executor)
 
     async def record(session_id: str, event: InteractionEvent, **ids: Any) -> None:

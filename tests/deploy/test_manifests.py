@@ -295,6 +295,18 @@ def test_configmap_points_every_service_at_the_broker_and_its_port(overlay: str)
     assert all(isinstance(v, str) for v in data.values())
 
 
+def test_production_phone_calls_fail_closed_at_the_public_tls_url() -> None:
+    docs = rendered("production")
+    data = find(docs, "ConfigMap", "holdline-config")["data"]
+    # The surface refuses to start without TWILIO_AUTH_TOKEN (checked at start-up).
+    assert data["HOLDLINE_REQUIRE_TWILIO_AUTH"] == "1"
+    # Twilio signs the Ingress's https URL; the TwiML's stream must be wss:// on that host.
+    ingress = find(docs, "Ingress", "interaction-surface")
+    assert data["HOLDLINE_PUBLIC_URL"] == f"https://{ingress['spec']['tls'][0]['hosts'][0]}"
+    dev = find(rendered("dev"), "ConfigMap", "holdline-config")["data"]
+    assert "HOLDLINE_REQUIRE_TWILIO_AUTH" not in dev
+
+
 def test_sandbox_provider_runs_only_in_dev() -> None:
     assert "sandbox-provider" in workloads(rendered("dev"))
     assert "sandbox-provider" not in workloads(rendered("production"))

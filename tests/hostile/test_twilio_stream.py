@@ -149,9 +149,10 @@ async def attack_beside(
         code = asyncio.run(hostile_call(url, frames, customs))
         closes.append(code)
         huge = any(len(f) >= HUGE for f in frames)
-        # A normal end after `stop`, 4404 for a `start` that names no usable caller, 1009
-        # for a frame over the limit; never an internal error (1011) nor a hang.
-        allowed = {1000, 4404, 1009} if huge else {1000, 4404}
+        # A normal end after `stop`, 4404 for a `start` that names no usable caller, 4403
+        # for one that may not open a session (no call ticket), 1009 for a frame over the
+        # limit; never an internal error (1011) nor a hang.
+        allowed = {1000, 4403, 4404, 1009} if huge else {1000, 4403, 4404}
         assert code in allowed, (code, [f[:80] for f in frames])
 
     await asyncio.to_thread(attack)

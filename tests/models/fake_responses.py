@@ -1,17 +1,22 @@
 """A local fake of the OpenAI Responses API: a real HTTP server on 127.0.0.1 speaking SSE.
 
-Each test scripts what the next `POST /v1/responses` answers (events, an HTTP error or a
-hang) and reads back the JSON bodies the server received.
+Each test scripts what the next `POST /v1/responses` answers (events, an HTTP error with
+headers, a dropped connection or a hang; `queue` for several requests in a row) and reads
+back the JSON bodies the server received and when. The event builders' output is checked
+against the official SDK's types (`sdk_shapes`).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from .sdk_shapes import response_event
 
 Event = dict[str, Any]
 
@@ -24,6 +29,9 @@ class Script:
     status: int = 200
     error_body: str = ""
     hang: bool = False
+    headers: dict[str, str] = field(default_factory=dict)
+    # Close the connection without answering (a connection error for the client).
+    drop: bool = False
 
 
 class FakeResponses:
@@ -32,8 +40,11 @@ class FakeResponses:
     def __init__(self) -> None:
         self.requests: list[dict[str, Any]] = []
         self.script = Script()
+        # Answers for the next requests, in order, before `script` answers the rest.
+        self.queue: list[Script] = []
+        self.times: list[float] = []
         self.release = threading.Event()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server = _QuietServer(("127.0.0.1", 0), _Handler)
         self._server.daemon_threads = True
         self._server.fake = self  # type: ignore[attr-defined]
         self._thread = threading.Thread(
@@ -60,6 +71,11 @@ class FakeResponses:
         self._thread.join(timeout=5)
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        return  # a client that went away mid-answer is what some tests do on purpose
+
+
 class _Handler(BaseHTTPRequestHandler):
     # HTTP/1.0: the streamed body ends when the connection closes, like a proxy would do.
     protocol_version = "HTTP/1.0"
@@ -71,12 +87,18 @@ class _Handler(BaseHTTPRequestHandler):
         fake: FakeResponses = self.server.fake  # type: ignore[attr-defined]
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
+        fake.times.append(time.monotonic())
         fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-        script = fake.script
+        script = fake.queue.pop(0) if fake.queue else fake.script
         try:
+            if script.drop:
+                self.close_connection = True
+                return
             if script.status != 200:
                 payload = script.error_body.encode()
                 self.send_response(script.status)
+                for name, value in script.headers.items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
@@ -104,21 +126,37 @@ def sse(event: Event) -> bytes:
 
 
 def _numbered(events: list[Event]) -> list[Event]:
-    return [{**e, "sequence_number": i} for i, e in enumerate(events)]
+    return [response_event({**e, "sequence_number": i}) for i, e in enumerate(events)]
+
+
+def response_object(status: str, output: list[Event] | None = None, **extra: Any) -> Event:
+    """A Response object as the API returns it (the fields the SDK requires)."""
+    return {
+        "id": "resp_1", "object": "response", "created_at": 1_750_000_000, "model": "gpt-test",
+        "status": status, "output": output or [], "parallel_tool_calls": True,
+        "tool_choice": "auto", "tools": [], **extra,
+    }
 
 
 def response_stream(*outputs: list[Event], status: str = "completed") -> list[Event]:
     """created, in_progress, the outputs' events, then completed (or another end)."""
-    resp = {"id": "resp_1", "object": "response", "status": "in_progress", "output": []}
+    resp = response_object("in_progress")
     events: list[Event] = [
         {"type": "response.created", "response": resp},
         {"type": "response.in_progress", "response": resp},
     ]
+    done: list[Event] = []
     for output in outputs:
         events += output
+        done += [e["item"] for e in output if e["type"] == "response.output_item.done"]
     if status:
-        events.append({"type": f"response.{status}", "response": {**resp, "status": status}})
+        events.append({"type": f"response.{status}", "response": response_object(status, done)})
     return _numbered(events)
+
+
+def event(kind: str, **fields: Any) -> Event:
+    """One event outside a stream builder, checked like the rest."""
+    return response_event({"type": kind, "sequence_number": 0, **fields})
 
 
 def message(text: str, index: int = 0, pieces: int = 3) -> list[Event]:
@@ -130,7 +168,8 @@ def message(text: str, index: int = 0, pieces: int = 3) -> list[Event]:
         {
             "type": "response.output_item.added",
             "output_index": index,
-            "item": {"id": item_id, "type": "message", "role": "assistant", "content": []},
+            "item": {"id": item_id, "type": "message", "role": "assistant", "content": [],
+                     "status": "in_progress"},
         },
     ]
     events += [
@@ -140,6 +179,7 @@ def message(text: str, index: int = 0, pieces: int = 3) -> list[Event]:
             "output_index": index,
             "content_index": 0,
             "delta": chunk,
+            "logprobs": [],
         }
         for chunk in chunks
     ]
@@ -157,6 +197,7 @@ def message(text: str, index: int = 0, pieces: int = 3) -> list[Event]:
             "output_index": index,
             "content_index": 0,
             "text": text,
+            "logprobs": [],
         },
         {"type": "response.output_item.done", "output_index": index, "item": done_item},
     ]

@@ -6,6 +6,9 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from email.utils import format_datetime
 from typing import Any
 
 import pytest
@@ -18,11 +21,14 @@ from libs.models.interface import (
     Outcome,
     PendingUpdate,
 )
+from libs.models.streaming import RetryPolicy, retry_after_s
 from tests.models.fake_responses import (
     FakeResponses,
     Script,
+    event,
     function_call,
     message,
+    response_object,
     response_stream,
     running,
 )
@@ -267,15 +273,17 @@ async def test_a_hang_past_the_timeout_is_a_model_error(
         (
             [
                 *response_stream(message("partial"), status=""),
-                {
-                    "type": "response.failed",
-                    "response": {"error": {"code": "server_error", "message": "overloaded"}},
-                },
+                event(
+                    "response.failed",
+                    response=response_object(
+                        "failed", error={"code": "server_error", "message": "overloaded"}
+                    ),
+                ),
             ],
             "server_error: overloaded",
         ),
         (
-            [{"type": "error", "code": "rate_limit_exceeded", "message": "too many"}],
+            [event("error", code="rate_limit_exceeded", message="too many", param=None)],
             "rate_limit_exceeded: too many",
         ),
         (response_stream(message("cut short"), status=""), "ended before response.completed"),
@@ -302,10 +310,9 @@ async def test_unreachable_server_is_a_model_error() -> None:
 async def test_output_only_in_the_completed_response(
     fake: FakeResponses, model: OpenAIResponsesModel
 ) -> None:
-    final = {
-        "id": "resp_1",
-        "status": "completed",
-        "output": [
+    final = response_object(
+        "completed",
+        [
             {
                 "type": "function_call",
                 "call_id": "call_z",
@@ -319,8 +326,8 @@ async def test_output_only_in_the_completed_response(
                 "arguments": '{"restaurant": "lhardy", "date": "2025-06-13"}',
             },
         ],
-    }
-    fake.script = Script([{"type": "response.completed", "response": final}])
+    )
+    fake.script = Script([event("response.completed", response=final)])
     reply = await model.respond(turn("is Casa Pepe free on Friday?"))
     assert calls_of(reply) == [
         ("check_availability", {"restaurant": "casa-pepe", "date": "2025-06-13"}),
@@ -363,3 +370,129 @@ async def test_failure_explanation_uses_the_model(
     fake.script = Script(status=503)
     with pytest.raises(ModelError):
         await model.explain_failures(outcomes, language="es")
+
+
+# ---------------------------------------------------------------- refusals and retries
+
+
+async def test_a_refusal_only_in_the_final_response_is_the_answer(
+    fake: FakeResponses, model: OpenAIResponsesModel
+) -> None:
+    refusal = {
+        "id": "msg_r", "type": "message", "role": "assistant", "status": "completed",
+        "content": [{"type": "refusal", "refusal": "I can't help with moving that money."}],
+    }
+    fake.script = Script([event("response.completed",
+                                response=response_object("completed", [refusal]))])
+    reply = await model.respond(turn("move everything to an offshore account"))
+    assert reply.text == "I can't help with moving that money."
+    assert not reply.has_requests
+
+
+async def test_streamed_refusal_deltas_are_the_answer(
+    fake: FakeResponses, model: OpenAIResponsesModel
+) -> None:
+    events = [
+        event("response.refusal.delta", item_id="msg_0", output_index=0, content_index=0,
+              delta="I can't "),
+        event("response.refusal.delta", item_id="msg_0", output_index=0, content_index=0,
+              delta="do that."),
+    ]
+    fake.script = Script(response_stream(events))
+    assert (await model.respond(turn("do something bad"))).text == "I can't do that."
+
+
+FAST = RetryPolicy(max_retries=2, initial_delay_s=0.05, max_delay_s=0.2, min_attempt_s=0.1)
+
+
+@pytest.fixture
+async def retrying(fake: FakeResponses) -> AsyncIterator[OpenAIResponsesModel]:
+    adapter = OpenAIResponsesModel(
+        api_key="k", model="gpt-test", base_url=fake.base_url, timeout_s=3.0, retry=FAST
+    )
+    yield adapter
+    await adapter.aclose()
+
+
+async def test_a_blip_is_retried_after_the_delay_the_server_asks(
+    fake: FakeResponses, retrying: OpenAIResponsesModel
+) -> None:
+    fake.queue = [
+        Script(status=429, error_body='{"error": {"message": "slow down"}}',
+               headers={"retry-after-ms": "300", "Retry-After": "9"}),
+        Script(drop=True),  # then the connection fails once
+    ]
+    fake.script = Script(response_stream(message("Hello!")))
+    reply = await retrying.respond(turn("hello"))
+    assert reply.text == "Hello!"
+    assert len(fake.requests) == 3
+    # retry-after-ms wins over Retry-After; the dropped connection gets a short backoff.
+    assert fake.times[1] - fake.times[0] >= 0.3
+    assert fake.times[1] - fake.times[0] < 2
+    assert fake.requests[0]["body"] == fake.requests[2]["body"]
+
+
+@pytest.mark.parametrize("status", [408, 409, 500, 503])
+async def test_retryable_statuses(
+    fake: FakeResponses, retrying: OpenAIResponsesModel, status: int
+) -> None:
+    fake.queue = [Script(status=status, headers={"Retry-After": "0.1"})]
+    fake.script = Script(response_stream(message("ok")))
+    assert (await retrying.respond(turn("hello"))).text == "ok"
+    assert len(fake.requests) == 2
+
+
+@pytest.mark.parametrize(
+    ("script", "attempts"),
+    [
+        (Script(status=400, error_body='{"error": {"message": "bad tools"}}'), 1),
+        (Script(status=503, headers={"x-should-retry": "false"}), 1),
+        (Script(status=401), 1),
+        (Script(status=503, headers={"Retry-After": "0"}), 3),  # the retries run out
+    ],
+)
+async def test_what_is_not_retried_or_runs_out(
+    fake: FakeResponses, retrying: OpenAIResponsesModel, script: Script, attempts: int
+) -> None:
+    fake.script = script
+    with pytest.raises(ModelError, match=f"HTTP {script.status}"):
+        await retrying.respond(turn("hello"))
+    assert len(fake.requests) == attempts
+
+
+async def test_a_wait_past_the_turn_budget_gives_up_at_once(
+    fake: FakeResponses, retrying: OpenAIResponsesModel
+) -> None:
+    fake.script = Script(status=429, error_body="{}", headers={"Retry-After": "2"})
+    # The turn needs its answer within 1.5 s: waiting 2 s could only end in a late apology.
+    request = replace(turn("hello"), deadline=time.monotonic() + 1.5)
+    assert request.deadline is not None
+    with pytest.raises(ModelError, match=r"retry in 2\.0 s would not finish"):
+        await retrying.respond(request)
+    # Given up before the deadline, not at it (nor 2 s later).
+    assert time.monotonic() < request.deadline
+    assert len(fake.requests) == 1
+    # With room in the budget, the same answer is waited out.
+    fake.queue = [Script(status=429, error_body="{}", headers={"Retry-After": "0.2"})]
+    fake.script = Script(response_stream(message("there")))
+    assert (await retrying.respond(turn("hello"))).text == "there"
+
+
+async def test_a_stream_cut_after_it_began_is_not_retried(
+    fake: FakeResponses, retrying: OpenAIResponsesModel
+) -> None:
+    fake.script = Script(response_stream(function_call(
+        "provision_access", {"accesses": ["github"]}, "c1", 0), status=""))
+    with pytest.raises(ModelError, match=r"ended before response\.completed"):
+        await retrying.respond(turn("github please"))
+    assert len(fake.requests) == 1
+
+
+def test_retry_after_forms() -> None:
+    assert retry_after_s({"retry-after-ms": "250"}) == 0.25
+    assert retry_after_s({"retry-after": "3"}) == 3.0
+    assert retry_after_s({"retry-after": "1.5"}) == 1.5
+    assert retry_after_s({"retry-after": "soon"}) is None
+    assert retry_after_s({}) is None
+    when = format_datetime(datetime.fromtimestamp(1_000_010, UTC), usegmt=True)
+    assert retry_after_s({"retry-after": when}, now=1_000_000) == pytest.approx(10)

@@ -50,5 +50,5 @@ def test_openai_without_a_key_is_a_clear_error() -> None:
 
 
 def test_unknown_model() -> None:
-    with pytest.raises(UnknownModel, match="registered: mock, openai"):
+    with pytest.raises(UnknownModel, match="registered: chat-completions, mock, openai"):
         get_model("nope")

@@ -13,11 +13,14 @@ import asyncio
 import base64
 import contextlib
 import json
+import re
 import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
+from xml.sax.saxutils import unescape
 
+import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
@@ -27,6 +30,25 @@ from services.interaction_surface.telephony import twilio_signature
 
 AUTH_TOKEN = "twilio-test-token"
 _TTS = EspeakTts()
+_PARAMETER = re.compile(r'<Parameter name="([^"]*)" value="([^"]*)"/>')
+
+
+def twiml_parameters(twiml: str) -> dict[str, str]:
+    """The `<Parameter>`s of a `<Stream>`: what Twilio puts in `start.customParameters`."""
+    return {unescape(k, {"&quot;": '"'}): unescape(v, {"&quot;": '"'})
+            for k, v in _PARAMETER.findall(twiml)}
+
+
+async def answered(base_url: str, call_sid: str, query: str = "") -> dict[str, str]:
+    """Twilio's first step of a call: POST the signed voice webhook for `call_sid` and
+    return the stream parameters (the call ticket among them) its TwiML names."""
+    path = "/v1/telephony/twilio/voice" + (f"?{query}" if query else "")
+    form = {"CallSid": call_sid, "From": "+15550100", "To": "+15550199"}
+    signature = twilio_signature(AUTH_TOKEN, base_url.rstrip("/") + path, form)
+    async with httpx.AsyncClient(base_url=base_url, timeout=10) as http:
+        answer = await http.post(path, data=form, headers={"X-Twilio-Signature": signature})
+    assert answer.status_code == 200, answer.text
+    return twiml_parameters(answer.text)
 
 
 async def speech(text: str, *, tail_silence_ms: int = 800) -> bytes:

@@ -26,7 +26,7 @@ from .helpers import (
     metric,
     unique,
 )
-from .phone import AUTH_TOKEN, Phone, speech
+from .phone import AUTH_TOKEN, Phone, answered, speech
 
 
 async def test_twiml_connects_a_stream_with_parameters(client: httpx.AsyncClient) -> None:
@@ -109,7 +109,8 @@ async def test_a_call_for_an_unknown_session_is_refused(stack: SurfaceStack) -> 
 
 async def test_a_call_opens_a_session_for_a_caller(stack: SurfaceStack) -> None:
     user = unique("caller-")
-    phone = Phone(stack.url, {"user_id": user, "tenant_id": "acme"})
+    phone = Phone(stack.url, {})
+    phone.params = await answered(stack.url, phone.call_sid, f"user_id={user}&tenant_id=acme")
     await phone.dial()
     await phone.talk(silence_ulaw(200), realtime=False)
     await phone.hang_up(stop=False)
