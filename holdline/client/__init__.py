@@ -1,0 +1,1 @@
+"""Typed async client for holdline's Agent API (DESIGN §6b)."""
