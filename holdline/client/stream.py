@@ -66,6 +66,7 @@ class AgentStream:
         self._waiters: dict[tuple[str, str], asyncio.Future[AckResult]] = {}
         self._finished: dict[str, dict[str, Any]] = {}
         self._signals: dict[str, bool] = {}
+        self._buffered = 0
         self.connections = 0
         self.connection_id: str | None = None
 
@@ -112,6 +113,11 @@ class AgentStream:
         """Whether a connection is open right now."""
         return self._connected.is_set()
 
+    @property
+    def buffered(self) -> int:
+        """Deliveries received and not yet taken by the agent."""
+        return self._buffered
+
     async def wait_connected(self, timeout_s: float = 10.0) -> None:
         """Until a connection is open (after a reconnect, for instance)."""
         await asyncio.wait_for(self._connected.wait(), timeout_s)
@@ -127,6 +133,7 @@ class AgentStream:
             raise StopAsyncIteration
         if isinstance(item, BaseException):
             raise item
+        self._buffered -= 1
         return item
 
     async def next(self, timeout_s: float) -> DeliverySay:
@@ -260,6 +267,7 @@ class AgentStream:
             # Already said (or attached) here: the server lost our ack; repeat it, never the words.
             await ws.send(json.dumps(finished))
             return
+        self._buffered += 1
         await self._queue.put(say)
 
     def _on_acked(self, frame: dict[str, Any]) -> None:
