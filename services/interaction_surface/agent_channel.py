@@ -21,9 +21,13 @@ Rule 7 holds because only a `spoken` ack writes `delivery.spoken`. A delivery le
 connection that is gone (closed, replaced by a newer one of the session, or held by a surface
 that died: its key in the calls bucket expired) goes back to pending through
 `delivery.unheard` — `not_started` when the agent never said it began (requeued whole), else
-`agent_lost` (requeued short) — always after the connection's `channel.disconnected`, so the
+`cut` (requeued short) — always after the connection's `channel.disconnected`, so the
 policy never re-decides while it believes the agent attached. One agent connection per
 session: the latest attachment wins, as for calls.
+
+One module, past the usual size, because pushing, acknowledging and losing a connection
+all read and write the same per-delivery send record (`send_info`): split, that invariant
+would be spread over files.
 """
 
 from __future__ import annotations
@@ -310,7 +314,9 @@ class AgentChannel:
         info = self._info(state)
         if info.started:
             await self._playback(state, heard=False)
-        code = reason or ("agent_lost" if info.started else "not_started: agent lost")
+        code = reason or (
+            "cut: agent connection lost" if info.started else "not_started: agent connection lost"
+        )
         await self._exec().append_delivery(state, DeliveryUnheard(played_ms=0, reason=code))
 
     async def orphaned(self, state: DeliveryState) -> None:

@@ -18,6 +18,9 @@ Confirmation arrives as a call of the built-in `confirm_operation` tool
 a model calls a tool more reliably than it repeats a magic phrase, and the operation id
 says exactly which request the user answered. `user_text` is recorded with the batch, never
 parsed.
+
+Past the usual module size because the request is all-or-nothing across validation,
+admission and the idempotency record: keeping the three together keeps that rule visible.
 """
 
 from __future__ import annotations
@@ -322,17 +325,17 @@ class ToolCalls:
         prepared = prepare(body, offered(self.registry, session.agent))
         kv = self._surface.runtime.bucket("turns")
         turn_id = new_id("turn")
-        pending = json.dumps({"state": "pending", "turn_id": turn_id}).encode()
+        pending = json.dumps(
+            {"state": "pending", "turn_id": turn_id, "at": time.time()}
+        ).encode()
         keys = [self._key(session.session_id, p.tool_call_id) for p in prepared]
         fresh: list[Prepared] = []
         repeats: dict[str, str] = {}
         for call, key in zip(prepared, keys, strict=True):
-            try:
-                await kv.create(key, pending)
-            except KeyWrongLastSequenceError:
-                repeats[call.tool_call_id] = key
-            else:
+            if await self._claim(kv, key, pending):
                 fresh.append(call)
+            else:
+                repeats[call.tool_call_id] = key
         answers: dict[str, dict[str, Any]] = {}
         batch_id: str | None = None
         if fresh:
@@ -368,6 +371,30 @@ class ToolCalls:
             "batch_id": batch_id,
             "results": [answers[p.tool_call_id] for p in prepared],
         }
+
+    async def _claim(self, kv: Any, key: str, pending: bytes) -> bool:
+        """Take the id for this request; a pending claim older than a turn's timeout was left
+        by a surface that died mid-request, and is taken over (admission's intent keys then
+        map its calls onto whatever it had already admitted)."""
+        try:
+            await kv.create(key, pending)
+        except KeyWrongLastSequenceError:
+            pass
+        else:
+            return True
+        try:
+            entry = await kv.get(key)
+        except KeyNotFoundError:
+            return await self._claim(kv, key, pending)
+        stored = json.loads(entry.value or b"{}")
+        age = time.time() - float(stored.get("at", time.time()))
+        if stored.get("state") != "pending" or age < self._surface.settings.turn_timeout_s:
+            return False
+        try:
+            await kv.update(key, pending, last=entry.revision)
+        except KeyWrongLastSequenceError:
+            return False
+        return True
 
     async def _stored(self, kv: Any, key: str) -> dict[str, Any]:
         deadline = time.monotonic() + self._surface.settings.turn_wait_s
