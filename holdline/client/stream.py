@@ -31,8 +31,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Close codes after which reconnecting cannot help: the session is gone or the token wrong.
-_FATAL_CLOSE = frozenset({4401, 4403, 4404})
+# Close codes after which reconnecting cannot help: the session is gone or the token wrong,
+# or a newer connection of the session replaced this one (the latest wins; fighting back
+# would make two agents take the channel from each other forever).
+_FATAL_CLOSE = frozenset({4401, 4403, 4404, 4409})
 # Acks after which the delivery is finished for the agent.
 _FINAL = frozenset({"spoken", "attached"})
 
