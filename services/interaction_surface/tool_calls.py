@@ -324,7 +324,8 @@ class ToolCalls:
         started = time.perf_counter()
         prepared = prepare(body, offered(self.registry, session.agent))
         kv = self._surface.runtime.bucket("turns")
-        turn_id = new_id("turn")
+        # The agent's own turn id when it gives one: the batch and its closing carry it.
+        turn_id = body.turn_id or new_id("turn")
         pending = json.dumps(
             {"state": "pending", "turn_id": turn_id, "at": time.time()}
         ).encode()
