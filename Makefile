@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # Most tests wait on timers and child processes, so two workers on two cores halve the wall clock.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv run test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-voice chaos dashboards clean
+.PHONY: help venv run test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice chaos dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
@@ -48,6 +48,9 @@ bench-coordination: venv
 
 bench-acceptance: venv
 	$(BIN)/python -m bench.acceptance
+
+bench-agent-api: venv
+	$(BIN)/python -m bench.agent_api
 
 bench-voice: venv
 	$(BIN)/python -m bench.voice
