@@ -5,5 +5,5 @@ from libs.serve import serve
 from .app import create_app
 
 serve(
-    create_app(), service="interaction-surface", env_prefix="INTERACTION_SURFACE", default_port=8080
+    create_app, service="interaction-surface", env_prefix="INTERACTION_SURFACE", default_port=8080
 )
