@@ -12,6 +12,7 @@ from typing import Any
 import httpx
 import msgspec
 
+from libs.events import AttemptOutcome
 from libs.tools import AttemptResult, CallbackResult, Lookup, OperationCall
 from libs.tools.executor import bad_callback, bad_signature
 
@@ -75,7 +76,9 @@ class PayoutsExecutor:
             case 429 | 500 | 502 | 503 | 504:
                 retry_header = answer.headers.get("retry-after")
                 retry_after = float(retry_header) if retry_header else None
-                outcome = "rate_limited" if answer.status_code == 429 else "server_error"
+                outcome: AttemptOutcome = (
+                    "rate_limited" if answer.status_code == 429 else "server_error"
+                )
                 return AttemptResult(outcome, answer.status_code, retry_after, duration_ms=elapsed)
         return AttemptResult(
             "business_error", answer.status_code, detail=str(record.get("error", ""))

@@ -185,10 +185,7 @@ class Admission:
         now: datetime,
     ) -> _Plan:
         plan = _Plan("admit", declaration.name, self._new_id("op"), tool_call_id, declaration)
-        checked = rules.authorise(declaration, raw, caller)
-        if isinstance(checked, tuple):
-            return replace(plan, kind="reject", reason=checked[0], detail=checked[1])
-        checked = rules.validate(declaration, rules.normalise(declaration, checked))
+        checked = rules.check_item(declaration, raw, caller)
         if isinstance(checked, tuple):
             return replace(plan, kind="reject", reason=checked[0], detail=checked[1])
         plan.arguments = checked

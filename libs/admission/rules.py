@@ -108,6 +108,20 @@ def validate(tool: ToolDeclaration, item: dict[str, Any]) -> Refusal | dict[str,
     return result
 
 
+def check_item(
+    tool: ToolDeclaration, item: dict[str, Any], caller: Caller
+) -> Refusal | dict[str, Any]:
+    """Authorise, normalise and validate one item, in that order; its arguments as admitted.
+
+    The order matters: a tenant-qualified resource ("acme/github") is only valid for the
+    schema once authorisation has checked the tenant and stripped it.
+    """
+    checked = authorise(tool, item, caller)
+    if isinstance(checked, tuple):
+        return checked
+    return validate(tool, normalise(tool, checked))
+
+
 def business_limits(
     tool: ToolDeclaration, item: dict[str, Any], recent_by_user: int
 ) -> Refusal | None:

@@ -415,7 +415,8 @@ def parse_entry(
     raw = _table(entry, raw, "", _TOP)
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise entry.error("name", "required: lowercase letters, digits and _ (max 64)")
+        shape = "lowercase letters, digits and _, starting with a letter (max 64)"
+        raise entry.error("name", f"must be {shape}" if name is not None else f"required: {shape}")
     description = raw.get("description")
     if not isinstance(description, str) or not description.strip():
         raise entry.error("description", "required: what the tool does, for the model")
