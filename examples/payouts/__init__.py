@@ -45,7 +45,8 @@ DECLARATION = ToolDeclaration(
     deadline_s=120.0,
     business=BusinessLimits(max_amount=100_000),
     limits=Limits(per_user_open=4),
-    label=lambda a: f"{a.get('amount', 0) / 100:.2f} to {a.get('payee', '')}",
+    # A refused call keeps no arguments: the KeyError makes the label fall back to the name.
+    label=lambda a: f"{a['amount'] / 100:.2f} to {a['payee']}",
     closing=lambda a, r: f"Payout {r['id']} of {a['amount'] / 100:.2f} to {a['payee']} is paid.",
 )
 
