@@ -80,7 +80,9 @@ class Desk:
     faults: list[Fault] = field(default_factory=list)
     counter: int = 0
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    # Every webhook POST made: (url, HTTP status or the error).
+    # record id → its pending completion (a cancel stops it: no effect will ever follow)
+    settling: dict[str, asyncio.Task[None]] = field(default_factory=dict)
+    # Every webhook POST made: url, request token, HTTP status or the error.
     deliveries: list[dict[str, Any]] = field(default_factory=list)
     client: httpx.AsyncClient = field(default_factory=lambda: httpx.AsyncClient(timeout=5.0))
 
@@ -120,6 +122,7 @@ class Desk:
             kind: record,
         }
         body = json.dumps(payload, separators=(",", ":")).encode()
+        sent = {"url": url, "request_token": record["request_token"]}
         for _copy in range(self.webhook_copies):
             for attempt in range(5):
                 stamp = int(time.time())
@@ -132,9 +135,9 @@ class Desk:
                     answer = await self.client.post(url, content=body, headers=headers)
                 except httpx.HTTPError as exc:
                     log.info("webhook to %s failed: %s", url, exc)
-                    self.deliveries.append({"url": url, "error": repr(exc)})
+                    self.deliveries.append({**sent, "error": repr(exc)})
                 else:
-                    self.deliveries.append({"url": url, "status": answer.status_code})
+                    self.deliveries.append({**sent, "status": answer.status_code})
                     if answer.status_code < 500:
                         break
                 await asyncio.sleep(0.2 * 2**attempt)
@@ -186,7 +189,9 @@ class Desk:
             delay = self.settle_s if fault is None or fault.settle_s is None else fault.settle_s
             task = asyncio.create_task(self.settle(record, delay))
             self.tasks.add(task)
+            self.settling[record["id"]] = task
             task.add_done_callback(self.tasks.discard)
+            task.add_done_callback(lambda _t: self.settling.pop(record["id"], None))
         stored.status, stored.body = status, dict(record)
         try:
             if fault is not None and fault.hang_after_commit_s:
@@ -259,6 +264,9 @@ async def cancel_refund(record_id: str, request: Request) -> Response:
     if record["status"] == "settled":
         return JSONResponse({"error": "already settled", **record}, 409)
     record["status"] = "cancelled"
+    pending = _desk(request).settling.get(record_id)
+    if pending is not None:
+        pending.cancel()
     return JSONResponse(record)
 
 

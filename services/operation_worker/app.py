@@ -15,7 +15,7 @@ from libs.problems import install_problem_handlers, problem
 from libs.service import Runtime, create_service_app
 from libs.tools import CallbackRefused, default_registry, sandbox_client
 
-from .handlers import Worker
+from .handlers import FOREIGN, Worker
 from .settings import Settings
 
 _MAX_CALLBACK_BYTES = 64 * 1024
@@ -91,7 +91,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return problem(refused.status, refused.title, refused.detail, slug=refused.slug)
         if "w" not in holder:
             return problem(503, "Service unavailable", "the worker is still starting")
-        outcome = await holder["w"].complete_from_callback(parsed)
+        outcome = await holder["w"].complete_from_callback(parsed, receiver)
+        if outcome == FOREIGN:
+            return problem(
+                422,
+                "Invalid request",
+                f"operation {parsed.operation_id} is not run by executor {executor!r}",
+                slug="foreign-operation",
+            )
         return JSONResponse({"callback_id": parsed.callback_id, "result": outcome})
 
     return app

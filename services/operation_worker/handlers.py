@@ -53,7 +53,7 @@ from libs.events import (
     OperationUnknown,
     WorkCommand,
 )
-from libs.tools import CallbackResult, OperationCall, ToolDeclaration, ToolRegistry
+from libs.tools import CallbackResult, Executor, OperationCall, ToolDeclaration, ToolRegistry
 
 from .domain import RetryBudget, after_attempt, after_lookup, completion_events, policy
 from .lease import Lease, acquire
@@ -66,6 +66,10 @@ log = logging.getLogger(__name__)
 _GRACE_S = 60.0
 # An operation id is one subject token: anything else in a callback names no operation.
 _OPERATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+# A callback, validly signed, about an operation that another executor runs.
+FOREIGN = "foreign_operation"
 
 
 class _Stale(Exception):
@@ -508,8 +512,12 @@ class Worker:
                 )
 
     # -- callbacks ---------------------------------------------------------------------
-    async def complete_from_callback(self, callback: CallbackResult) -> str:
-        """Apply a verified provider callback once; a duplicate or late one changes nothing."""
+    async def complete_from_callback(self, callback: CallbackResult, receiver: Executor) -> str:
+        """Apply a verified provider callback once; a duplicate or late one changes nothing.
+
+        Only the executor that runs the operation's tool may complete it: a provider's valid
+        signature says nothing about another provider's operations.
+        """
         operation_id, found = callback.operation_id, callback.found
         session_id = callback.session_id or await self._session_of(operation_id)
         if session_id is None:
@@ -518,6 +526,8 @@ class Worker:
             op = await self._load(session_id, operation_id)
             if op is None or op.state.operation_id != operation_id:
                 return "unknown_operation"
+            if self._registry.executor_for(op.state.tool) is not receiver:
+                return FOREIGN
             if op.state.terminal:
                 return "already_terminal"
             cancel = op.state.status is OpStatus.CANCEL_REQUESTED

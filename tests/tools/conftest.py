@@ -103,7 +103,9 @@ async def desk_stack(
         )
         stack = DeskStack(ops, desk)
         started.append(stack)
-        await asyncio.gather(asyncio.to_thread(desk.start), ops.start(workers=1))
+        await asyncio.gather(
+            asyncio.to_thread(desk.start), ops.start(workers=1, provider=False)
+        )
         return stack
 
     yield factory

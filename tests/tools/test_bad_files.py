@@ -12,6 +12,7 @@ from typing import Annotated
 import msgspec
 import pytest
 
+from libs.admission import rules
 from libs.tools import (
     BusinessLimits,
     DeclarationError,
@@ -221,3 +222,37 @@ async def test_holdline_run_prints_the_refusal_and_stops(tmp_path: Path) -> None
     for name in ("operation-worker", "batch-coordinator", "interaction-surface"):
         assert sum(f"started {name} " in line for line in lines) <= 1
     assert "restarting in" not in text
+
+
+def test_a_batch_file_tool_expands_one_operation_per_item(tmp_path: Path) -> None:
+    text = """
+[[tools]]
+name = "watch_projects"
+description = "Watch each project."
+batch_field = "projects"
+item_field = "project"
+[tools.parameters]
+type = "object"
+required = ["projects"]
+[tools.parameters.properties.projects]
+type = "array"
+maxItems = 5
+items = { type = "string", pattern = "^[a-z]+$" }
+[tools.roles]
+project = "resource"
+[tools.http]
+execute = { url = "http://127.0.0.1:9/watch/{project}" }
+lookup = { url = "http://127.0.0.1:9/watch/by-key/{idempotency_key}" }
+"""
+    registry = ToolRegistry()
+    load_tools_file(str(_file(tmp_path, text)), registry, None)
+    tool = registry.tool("watch_projects")
+    items = rules.expand(tool, {"projects": ["acme/alpha", "Beta"]})
+    assert items == [{"project": "acme/alpha"}, {"project": "Beta"}]
+    caller = rules.Caller("acme", "ana", "concierge")
+    assert [rules.check_item(tool, i, caller) for i in items] == [
+        {"project": "alpha"},
+        {"project": "beta"},
+    ]
+    refused = rules.check_item(tool, {"project": "globex/alpha"}, caller)
+    assert refused == ("forbidden", "project 'globex/alpha' belongs to another tenant")
