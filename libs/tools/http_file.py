@@ -292,6 +292,8 @@ def _strings(
 
 
 def _http(entry: _Entry, raw: Any, arguments: set[str], decl: Mapping[str, Any]) -> HttpSpec:
+    if raw is None:
+        raise entry.error("http", "required: [tools.http] with execute and lookup")
     table = _table(entry, raw, "http", _HTTP)
     if "execute" not in table:
         raise entry.error("http.execute", "required")

@@ -37,6 +37,8 @@ class ToolRegistry:
         self._origins: dict[str, str] = {}
         self._executors: dict[str, Executor] = {}
         self._callbacks: dict[str, Executor] = {}
+        # executor name → the callback route segments that reach it
+        self._routes: dict[str, set[str]] = {}
         self._modules: set[str] = set()
         # Where declarations come from while they are being added (named in errors).
         self._origin = "holdline"
@@ -65,12 +67,20 @@ class ToolRegistry:
             raise DeclarationError(f"executor {name!r} is already registered")
         self._executors[name] = executor
         self._callbacks[name] = executor
+        self._routes[name] = {name}
         if callback_route is not None:
             self._callbacks.setdefault(callback_route, executor)
+            self._routes[name].add(callback_route)
 
     def callback_receiver(self, route: str) -> Executor | None:
         """The executor that verifies and reads callbacks posted to this route segment."""
         return self._callbacks.get(route)
+
+    def completes(self, route: str, tool: str) -> bool:
+        """Whether callbacks posted to `route` may complete operations of `tool`."""
+        if not self.has(tool):
+            return False
+        return route in self._routes.get(self.tool(tool).executor, set())
 
     def tool(self, name: str) -> ToolDeclaration:
         """A declaration by name."""

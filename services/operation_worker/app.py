@@ -91,7 +91,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             return problem(refused.status, refused.title, refused.detail, slug=refused.slug)
         if "w" not in holder:
             return problem(503, "Service unavailable", "the worker is still starting")
-        outcome = await holder["w"].complete_from_callback(parsed, receiver)
+        outcome = await holder["w"].complete_from_callback(parsed, executor)
         if outcome == FOREIGN:
             return problem(
                 422,

@@ -53,7 +53,7 @@ from libs.events import (
     OperationUnknown,
     WorkCommand,
 )
-from libs.tools import CallbackResult, Executor, OperationCall, ToolDeclaration, ToolRegistry
+from libs.tools import CallbackResult, OperationCall, ToolDeclaration, ToolRegistry
 
 from .domain import RetryBudget, after_attempt, after_lookup, completion_events, policy
 from .lease import Lease, acquire
@@ -512,7 +512,7 @@ class Worker:
                 )
 
     # -- callbacks ---------------------------------------------------------------------
-    async def complete_from_callback(self, callback: CallbackResult, receiver: Executor) -> str:
+    async def complete_from_callback(self, callback: CallbackResult, route: str) -> str:
         """Apply a verified provider callback once; a duplicate or late one changes nothing.
 
         Only the executor that runs the operation's tool may complete it: a provider's valid
@@ -526,7 +526,7 @@ class Worker:
             op = await self._load(session_id, operation_id)
             if op is None or op.state.operation_id != operation_id:
                 return "unknown_operation"
-            if self._registry.executor_for(op.state.tool) is not receiver:
+            if not self._registry.completes(route, op.state.tool):
                 return FOREIGN
             if op.state.terminal:
                 return "already_terminal"

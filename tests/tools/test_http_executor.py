@@ -10,7 +10,7 @@ from email.utils import formatdate
 import httpx
 import pytest
 
-from libs.tools import CallbackRefused
+from libs.tools import CallbackRefused, default_registry
 from libs.tools.http import Callbacks, Endpoint, HttpExecutor, HttpSpec, retry_after_s
 from libs.tools.templates import Template
 
@@ -77,3 +77,13 @@ def test_webhooks_are_verified_then_read_at_the_declared_fields() -> None:
     with pytest.raises(CallbackRefused) as unreadable:
         EXECUTOR.parse_callback(_signed(missing, int(now)), missing, now=now)
     assert unreadable.value.status == 400
+
+
+def test_a_callback_route_completes_only_its_executors_tools() -> None:
+    registry = default_registry(httpx.AsyncClient())
+    # Every sandbox executor answers the route the sandbox provider posts to.
+    assert registry.completes("sandbox", "book_table")
+    assert registry.completes("sandbox", "provision_access")
+    assert registry.completes("sandbox.booking", "book_table")
+    assert not registry.completes("sandbox.booking", "provision_access")
+    assert not registry.completes("nobody", "book_table")
