@@ -40,7 +40,6 @@ from libs.domain import SessionState
 from libs.models.interface import AdmissionNote, TurnRequest
 from libs.models.mock import MockModel
 from libs.tools import default_registry
-from libs.tools.labels import label_of
 from services.interaction_surface.codec import (
     PCM_FRAME_BYTES,
     ULAW_FRAME_BYTES,
@@ -245,7 +244,8 @@ class MockTurn:
 
     def __init__(self, parts: Parts) -> None:
         self._model = MockModel()
-        self._tools = tuple(tool_spec(t) for t in default_registry().tools())
+        self._registry = default_registry()
+        self._tools = tuple(tool_spec(t) for t in self._registry.tools())
         self._parts = parts
         self._turns = 0
 
@@ -263,7 +263,7 @@ class MockTurn:
         reply = await self._model.respond(request)
         notes = [
             AdmissionNote(operation_id=f"op{i}", tool=c.tool, status="admitted",
-                          label=label_of(c.tool, c.arguments))
+                          label=self._registry.label(c.tool, c.arguments))
             for i, c in enumerate(reply.calls)
         ]
         accepted = await self._model.accept(request, reply, notes)

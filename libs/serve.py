@@ -5,12 +5,19 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
 from fastapi import FastAPI
 
 from libs.config import HttpSettings, env_float
+from libs.tools import DeclarationError
+
+# sysexits' EX_CONFIG: the supervisor does not restart a child that exits with it, because
+# the same configuration would be refused again.
+EXIT_CONFIG = 78
 
 
 def configure_logging(service: str) -> None:
@@ -28,13 +35,27 @@ def _exit_cleanly(_sig: int, _frame: FrameType | None) -> None:
 
 
 def serve(
-    app: FastAPI, *, service: str, env_prefix: str, default_port: int, proxy_headers: bool = True
+    app: FastAPI | Callable[[], FastAPI],
+    *,
+    service: str,
+    env_prefix: str,
+    default_port: int,
+    proxy_headers: bool = True,
 ) -> None:
     """Serve the app on `<PREFIX>_HOST:<PREFIX>_PORT` until SIGINT/SIGTERM.
 
+    Given a factory, a configuration it refuses (`DeclarationError`) is printed as one plain
+    line and the process exits with EXIT_CONFIG instead of a traceback.
     `proxy_headers=False`: uvicorn leaves the peer and scheme as they arrived.
     """
     configure_logging(service)
+    if not isinstance(app, FastAPI):
+        try:
+            app = app()
+        except DeclarationError as exc:
+            sys.stderr.write(f"{service}: refusing to start: {exc}\n")
+            sys.stderr.flush()
+            raise SystemExit(EXIT_CONFIG) from None
     http = HttpSettings.from_env(env_prefix, default_port)
     signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(

@@ -22,6 +22,10 @@ import httpx
 
 from libs.config import env_float, env_int, env_str
 
+# A child exiting with this (sysexits' EX_CONFIG, see libs/serve.py) refused its
+# configuration: it would refuse it again, so it is not restarted and everything stops.
+EXIT_CONFIG = 78
+
 # (service package, port env prefix, default port)
 SERVICES: tuple[tuple[str, str, int], ...] = (
     ("sandbox_provider", "SANDBOX_PROVIDER", 8090),
@@ -89,6 +93,7 @@ class Supervisor:
         self.stop_timeout_s = env_float("HOLDLINE_STOP_TIMEOUT_S", 20.0)
         self.children: list[Child] = []
         self.broker: Child | None = None
+        self.exit_code = 0
 
     def _plan(self) -> None:
         env = dict(os.environ)
@@ -153,6 +158,14 @@ class Supervisor:
                     await asyncio.wait_for(task, timeout=1.0)
             if self.stopping.is_set():
                 return
+            if code == EXIT_CONFIG:
+                _log(
+                    f"{child.name} refused its configuration (the reason is above); "
+                    "not restarting it. Fix it and run again. Stopping."
+                )
+                self.exit_code = EXIT_CONFIG
+                self.stopping.set()
+                return
             lived = time.monotonic() - child.started_at
             # A child that keeps dying right away backs off; one that ran a while restarts fast.
             child.restarts = child.restarts + 1 if lived < 10 else 1
@@ -212,7 +225,7 @@ class Supervisor:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
         _log("stopped")
-        return 0
+        return self.exit_code
 
     async def _terminate(self, children: list[Child], timeout_s: float) -> None:
         alive = [c.proc for c in children if c.proc is not None and c.proc.returncode is None]

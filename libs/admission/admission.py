@@ -40,7 +40,7 @@ from libs.events import (
     OperationRequested,
     RejectReason,
 )
-from libs.tools import ToolDeclaration, ToolRegistry, UnknownTool
+from libs.tools import Caller, ToolDeclaration, ToolRegistry, UnknownTool
 
 from . import rules
 from .intent import digest, intent_key, subject_key
@@ -161,7 +161,7 @@ class Admission:
             declaration = self._registry.tool(call.tool)
         except UnknownTool:
             return [reject("unknown_tool", f"no tool named {call.tool!r}")]
-        caller = rules.Caller(ctx.tenant_id, ctx.user_id, ctx.agent)
+        caller = Caller(ctx.tenant_id, ctx.user_id, ctx.agent)
         if declaration.internal:
             return [reject("unknown_tool", f"{call.tool} is not offered to agents")]
         if refusal := rules.agent_allowed(declaration, caller):
@@ -177,7 +177,7 @@ class Admission:
     def _plan_item(
         self,
         ctx: TurnContext,
-        caller: rules.Caller,
+        caller: Caller,
         declaration: ToolDeclaration,
         raw: dict[str, Any],
         tool_call_id: str | None,
@@ -185,10 +185,7 @@ class Admission:
         now: datetime,
     ) -> _Plan:
         plan = _Plan("admit", declaration.name, self._new_id("op"), tool_call_id, declaration)
-        checked = rules.authorise(declaration, raw, caller)
-        if isinstance(checked, tuple):
-            return replace(plan, kind="reject", reason=checked[0], detail=checked[1])
-        checked = rules.validate(declaration, rules.normalise(checked))
+        checked = rules.check_item(declaration, raw, caller)
         if isinstance(checked, tuple):
             return replace(plan, kind="reject", reason=checked[0], detail=checked[1])
         plan.arguments = checked

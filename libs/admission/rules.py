@@ -1,7 +1,8 @@
 """Pure admission rules: validation, authorisation, business limits, backpressure.
 
 Each returns None when the item may proceed, or a (reason, detail) pair that becomes an
-`operation.rejected` event. Nothing here touches the network or the clock.
+`operation.rejected` event. Nothing here touches the network or the clock, and nothing here
+knows an argument by its name: what is checked comes from the tool's declared roles.
 """
 
 from __future__ import annotations
@@ -14,20 +15,13 @@ from typing import Any
 import msgspec
 
 from libs.events import RejectReason
-from libs.tools import ToolDeclaration, normalise_resource
+from libs.tools import Caller, ToolDeclaration, normalise_resource
 
 Refusal = tuple[RejectReason, str]
 
 _QUALIFIED = re.compile(r"^(?P<tenant>[A-Za-z0-9_.-]{1,64})[/:](?P<name>.+)$")
-
-
-@dataclass(frozen=True, slots=True)
-class Caller:
-    """Who asks: tenant, user and the active agent."""
-
-    tenant_id: str
-    user_id: str
-    agent: str
+# What may follow a user id in an account that user owns ("ana-main", "ana.savings").
+_OWNED_SEPARATORS = frozenset("-_.:/")
 
 
 def agent_allowed(tool: ToolDeclaration, caller: Caller) -> Refusal | None:
@@ -52,40 +46,55 @@ def expand(tool: ToolDeclaration, arguments: Mapping[str, Any]) -> list[dict[str
     return [{tool.item_field: item} for item in items]
 
 
+def owns(caller: Caller, value: str, tool: ToolDeclaration) -> bool:
+    """The caller's own: a declared shared value, the user id, or the id and a separator."""
+    if value in tool.owned_values or value == caller.user_id:
+        return True
+    rest = value.removeprefix(caller.user_id)
+    return rest != value and rest[:1] in _OWNED_SEPARATORS and len(rest) > 1
+
+
 def authorise(
     tool: ToolDeclaration, item: dict[str, Any], caller: Caller
 ) -> Refusal | dict[str, Any]:
-    """Refuse another tenant's resources and other users' accounts; strip own qualifiers."""
-    cleaned: dict[str, Any] = {}
-    for name, value in item.items():
-        cleaned[name] = value
-        if isinstance(value, str):
-            match = _QUALIFIED.match(value.strip())
-            if match and name not in {"date", "time"}:
-                if match["tenant"] != caller.tenant_id:
-                    return "forbidden", f"{name} {value!r} belongs to another tenant"
-                cleaned[name] = match["name"]
-    source = cleaned.get("from_account")
-    if (
-        isinstance(source, str)
-        and source not in {"main", "savings"}
-        and not source.startswith(f"{caller.user_id}-")
-    ):
-        return "forbidden", f"account {source!r} is not one of the user's accounts"
+    """Enforce the declared roles: tenants' resources, the caller's own values, the hook.
+
+    Returns the item with the caller's own tenant qualifiers stripped from resources.
+    """
+    cleaned = dict(item)
+    for name, role in tool.roles.items():
+        value = cleaned.get(name)
+        if not isinstance(value, str):
+            # Missing or mistyped: the schema refuses it with the precise reason.
+            continue
+        match role:
+            case "resource":
+                match = _QUALIFIED.match(value.strip())
+                if match:
+                    if match["tenant"] != caller.tenant_id:
+                        return "forbidden", f"{name} {value!r} belongs to another tenant"
+                    cleaned[name] = match["name"]
+            case "owned":
+                if not owns(caller, value.strip(), tool):
+                    return "forbidden", f"{name} {value!r} is not one of the user's own"
+    if tool.authorise is not None:
+        detail = tool.authorise(cleaned, caller)
+        if detail:
+            return "forbidden", detail
     return cleaned
 
 
-def normalise(item: dict[str, Any]) -> dict[str, Any]:
-    """Canonical spelling of resource-like arguments, so equal intents hash equally."""
+def normalise(tool: ToolDeclaration, item: dict[str, Any]) -> dict[str, Any]:
+    """Canonical spelling per role and declared normaliser, so equal intents hash equally."""
     out = dict(item)
-    for name in ("access", "restaurant"):
+    for name, role in tool.roles.items():
         value = out.get(name)
-        if isinstance(value, str):
-            out[name] = normalise_resource(value)
-    for name in ("to_account", "from_account", "currency"):
-        value = out.get(name)
-        if isinstance(value, str):
-            out[name] = value.strip().upper() if name == "currency" else value.strip()
+        if not isinstance(value, str):
+            continue
+        out[name] = normalise_resource(value) if role == "resource" else value.strip()
+    for name, normaliser in tool.normalisers.items():
+        if name in out:
+            out[name] = normaliser(out[name])
     return out
 
 
@@ -99,18 +108,33 @@ def validate(tool: ToolDeclaration, item: dict[str, Any]) -> Refusal | dict[str,
     return result
 
 
+def check_item(
+    tool: ToolDeclaration, item: dict[str, Any], caller: Caller
+) -> Refusal | dict[str, Any]:
+    """Authorise, normalise and validate one item, in that order; its arguments as admitted.
+
+    The order matters: a tenant-qualified resource ("acme/github") is only valid for the
+    schema once authorisation has checked the tenant and stripped it.
+    """
+    checked = authorise(tool, item, caller)
+    if isinstance(checked, tuple):
+        return checked
+    return validate(tool, normalise(tool, checked))
+
+
 def business_limits(
     tool: ToolDeclaration, item: dict[str, Any], recent_by_user: int
 ) -> Refusal | None:
     """Amount and frequency limits of the declaration."""
     limits = tool.business
-    amount = item.get("amount_cents")
-    if (
-        limits.max_amount_cents is not None
-        and isinstance(amount, int)
-        and amount > limits.max_amount_cents
-    ):
-        return "over_limit", f"amount {amount} exceeds the limit of {limits.max_amount_cents}"
+    for name, role in tool.roles.items():
+        amount = item.get(name)
+        if role != "amount" or not isinstance(amount, int):
+            continue
+        if amount <= 0:
+            return "invalid_arguments", f"{name} must be a positive amount, not {amount}"
+        if limits.max_amount is not None and amount > limits.max_amount:
+            return "over_limit", f"{name} {amount} exceeds the limit of {limits.max_amount}"
     if limits.max_per_user_per_hour is not None and recent_by_user >= limits.max_per_user_per_hour:
         return "over_limit", f"more than {limits.max_per_user_per_hour} {tool.name} per hour"
     return None

@@ -18,6 +18,8 @@ class Outcome:
     label: str
     status: str
     detail: str = ""
+    # The tool's own success sentence (its declared `closing`), when it has one.
+    line: str = ""
 
 
 class SummaryModel(Protocol):

@@ -1,8 +1,25 @@
 """Tool declarations, executors and the registry that binds them by name."""
 
-from .declaration import BusinessLimits, DuplicatePolicy, Limits, OverflowPolicy, ToolDeclaration
-from .demo import DEMO_TOOLS, normalise_resource
-from .executor import AttemptResult, Executor, Lookup, OperationCall
+from .checks import DeclarationError
+from .declaration import (
+    BusinessLimits,
+    Caller,
+    DuplicatePolicy,
+    Limits,
+    OverflowPolicy,
+    Role,
+    ToolDeclaration,
+    normalise_resource,
+)
+from .demo import DEMO_TOOLS
+from .executor import (
+    AttemptResult,
+    CallbackRefused,
+    CallbackResult,
+    Executor,
+    Lookup,
+    OperationCall,
+)
 from .registry import ToolRegistry, UnknownTool, default_registry, sandbox_client
 from .sandbox import SandboxExecutor, classify_exception, classify_response
 
@@ -10,12 +27,17 @@ __all__ = [
     "DEMO_TOOLS",
     "AttemptResult",
     "BusinessLimits",
+    "CallbackRefused",
+    "CallbackResult",
+    "Caller",
+    "DeclarationError",
     "DuplicatePolicy",
     "Executor",
     "Limits",
     "Lookup",
     "OperationCall",
     "OverflowPolicy",
+    "Role",
     "SandboxExecutor",
     "ToolDeclaration",
     "ToolRegistry",

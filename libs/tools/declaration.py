@@ -1,8 +1,15 @@
-"""What a tool declares: its arguments, how it may run, fail, be cancelled and be repeated."""
+"""What a tool declares: its arguments, how it may run, fail, be cancelled and be repeated.
+
+Admission enforces only what is declared here; nothing is inferred from an argument's name.
+`roles` says which arguments name a resource, an account the caller must own, an amount, or
+free text; `business.max_amount` bounds the `amount` argument; `authorise` is an optional
+hook for anything else. `label` and `closing` give the words a closing uses.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -10,6 +17,28 @@ DuplicatePolicy = Literal["allow", "reject", "replace", "confirm"]
 OverflowPolicy = Literal["reject", "queue", "coalesce", "degrade"]
 Owner = Literal["session", "agent"]
 Priority = Literal["normal", "urgent"]
+# resource: a name, possibly tenant-qualified (`tenant/name`); another tenant's is forbidden.
+# owned: must belong to the caller (starts with the user id, or is one of `owned_values`).
+# amount: a positive integer, bounded by `business.max_amount`.
+# text: free text, only trimmed.
+Role = Literal["resource", "owned", "amount", "text"]
+ROLES: tuple[Role, ...] = ("resource", "owned", "amount", "text")
+
+_WORD = re.compile(r"[^a-z0-9_-]+")
+
+
+def normalise_resource(value: str) -> str:
+    """Lowercase and collapse what a model or a speech recogniser writes around a name."""
+    return _WORD.sub("-", value.strip().lower()).strip("-")
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """Who asks: tenant, user and the active agent."""
+
+    tenant_id: str
+    user_id: str
+    agent: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,7 +57,8 @@ class Limits:
 class BusinessLimits:
     """Domain limits checked at admission."""
 
-    max_amount_cents: int | None = None
+    # Upper bound of the argument whose role is `amount` (in that argument's own unit).
+    max_amount: int | None = None
     max_per_user_per_hour: int | None = None
 
 
@@ -68,3 +98,17 @@ class ToolDeclaration:
     agents: frozenset[str] | None = None
     # Hidden tools (compensations) are not offered to the model directly.
     internal: bool = False
+    # What admission enforces per argument (of one item, for batch tools).
+    roles: Mapping[str, Role] = field(default_factory=dict)
+    # Values of an `owned` argument that every user owns ("main", "savings").
+    owned_values: frozenset[str] = frozenset()
+    # Canonical spelling per argument, applied before the intent key (after the role's own).
+    normalisers: Mapping[str, Callable[[Any], Any]] = field(default_factory=dict)
+    # Anything else to check per item: returns why it is forbidden, or None.
+    authorise: Callable[[Mapping[str, Any], Caller], str | None] | None = None
+    # The declared opt-out: the tool's arguments name no resource, account or amount.
+    open: bool = False
+    # What the operation is about in a closing ("50.00 EUR to bob-main").
+    label: Callable[[Mapping[str, Any]], str] | None = None
+    # A success line from the arguments and the result ("Ticket T-7 is open.").
+    closing: Callable[[Mapping[str, Any], Mapping[str, Any]], str] | None = None

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import re
-from typing import Annotated
+from collections.abc import Mapping
+from typing import Annotated, Any
 
 import msgspec
 
@@ -66,12 +66,21 @@ class CheckAvailabilityArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_un
     date: Day
 
 
-_WORD = re.compile(r"[^a-z0-9_-]+")
+def _booking_label(arguments: Mapping[str, Any]) -> str:
+    """ "casa-pepe 2026-12-24 21:00"."""
+    parts = (arguments.get(k) for k in ("restaurant", "date", "time"))
+    return " ".join(str(p) for p in parts if p)
 
 
-def normalise_resource(value: str) -> str:
-    """Lowercase and collapse what a model or a speech recogniser writes around a name."""
-    return _WORD.sub("-", value.strip().lower()).strip("-")
+def _transfer_label(arguments: Mapping[str, Any]) -> str:
+    """ "50.00 EUR to bob-main"."""
+    amount = arguments.get("amount_cents")
+    money = f"{amount / 100:.2f} {arguments.get('currency', '')}" if isinstance(amount, int) else ""
+    return f"{money.strip()} to {arguments.get('to_account', '')}".strip()
+
+
+def _upper(value: Any) -> Any:
+    return value.strip().upper() if isinstance(value, str) else value
 
 
 DEMO_TOOLS: tuple[ToolDeclaration, ...] = (
@@ -82,6 +91,7 @@ DEMO_TOOLS: tuple[ToolDeclaration, ...] = (
         executor="sandbox.access",
         batch_field="accesses",
         item_field="access",
+        roles={"access": "resource"},
         idempotent=True,
         compensating_tool="revoke_access",
         compensation_arguments=lambda args, result: {
@@ -106,6 +116,8 @@ DEMO_TOOLS: tuple[ToolDeclaration, ...] = (
         description="Book a table at a restaurant for a date, time and party size.",
         arguments=BookTableArgs,
         executor="sandbox.booking",
+        roles={"restaurant": "resource"},
+        label=_booking_label,
         idempotent=True,
         cancellable=True,
         compensating_tool="cancel_booking",
@@ -131,13 +143,17 @@ DEMO_TOOLS: tuple[ToolDeclaration, ...] = (
         description="Transfer money to another account. Irreversible; needs the user's yes.",
         arguments=TransferMoneyArgs,
         executor="sandbox.transfer",
+        roles={"from_account": "owned", "to_account": "text", "amount_cents": "amount"},
+        owned_values=frozenset({"main", "savings"}),
+        normalisers={"currency": _upper},
+        label=_transfer_label,
         idempotent=False,
         needs_confirmation=True,
         owner="session",
         priority="urgent",
         duplicate_policy="confirm",
         max_attempts=3,
-        business=BusinessLimits(max_amount_cents=500_000, max_per_user_per_hour=5),
+        business=BusinessLimits(max_amount=500_000, max_per_user_per_hour=5),
         limits=Limits(per_user_open=4),
         overflow="reject",
     ),
@@ -146,6 +162,7 @@ DEMO_TOOLS: tuple[ToolDeclaration, ...] = (
         description="Check which times a restaurant has free on a date.",
         arguments=CheckAvailabilityArgs,
         executor="sandbox.availability",
+        roles={"restaurant": "resource"},
         idempotent=True,
         read_only=True,
         owner="agent",

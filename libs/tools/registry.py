@@ -1,22 +1,28 @@
-"""Tools and executors registered by name; users add theirs from their own package.
+"""Tools and executors registered by name; users add theirs from their own package or a file.
 
 `HOLDLINE_TOOL_MODULES` lists importable modules (comma-separated). Each must define
-`register(registry: ToolRegistry) -> None`, called once at start-up.
+`register(registry: ToolRegistry) -> None`, called once at start-up. `HOLDLINE_TOOLS_FILE`
+names a TOML file of HTTP tools (`libs.tools.http_file`). Every declaration is checked as it
+is added (`libs.tools.checks`); a duplicate name or a bad declaration stops the start-up.
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 import httpx
 
 from libs.config import env_bool, env_str
 
+from .checks import DeclarationError, check
 from .declaration import ToolDeclaration
 from .demo import DEMO_TOOLS
 from .executor import Executor
-from .sandbox import ROUTES, SandboxExecutor, provider_url
+from .http_file import load_tools_file
+from .labels import label_of
+from .sandbox import CALLBACK_ROUTE, ROUTES, SandboxExecutor, provider_url
 
 
 class UnknownTool(KeyError):
@@ -24,19 +30,57 @@ class UnknownTool(KeyError):
 
 
 class ToolRegistry:
-    """Declarations and executors, looked up by name."""
+    """Declarations and executors, looked up by name; callbacks routed by executor name."""
 
     def __init__(self) -> None:
         self._tools: dict[str, ToolDeclaration] = {}
+        self._origins: dict[str, str] = {}
         self._executors: dict[str, Executor] = {}
+        self._callbacks: dict[str, Executor] = {}
+        # executor name → the callback route segments that reach it
+        self._routes: dict[str, set[str]] = {}
+        self._modules: set[str] = set()
+        # Where declarations come from while they are being added (named in errors).
+        self._origin = "holdline"
 
-    def declare(self, declaration: ToolDeclaration) -> None:
-        """Add or replace a tool declaration."""
+    def declare(self, declaration: ToolDeclaration, *, origin: str | None = None) -> None:
+        """Add a tool; refused if the name is taken or the declaration is not enforceable."""
+        origin = origin or self._origin
+        taken = self._origins.get(declaration.name)
+        if taken is not None:
+            raise DeclarationError(
+                f"tool {declaration.name!r} from {origin} is already declared by {taken}"
+            )
+        check(declaration)
         self._tools[declaration.name] = declaration
+        self._origins[declaration.name] = origin
 
-    def register_executor(self, name: str, executor: Executor) -> None:
-        """Add or replace an executor (tests swap executors this way)."""
+    def register_executor(
+        self, name: str, executor: Executor, *, callback_route: str | None = None
+    ) -> None:
+        """Add an executor; its callbacks arrive at `/v1/callbacks/<name>` on the worker.
+
+        `callback_route` adds a second route segment for the same executor (several
+        executors behind one provider may share the route that provider posts to).
+        """
+        if name in self._executors:
+            raise DeclarationError(f"executor {name!r} is already registered")
         self._executors[name] = executor
+        self._callbacks[name] = executor
+        self._routes[name] = {name}
+        if callback_route is not None:
+            self._callbacks.setdefault(callback_route, executor)
+            self._routes[name].add(callback_route)
+
+    def callback_receiver(self, route: str) -> Executor | None:
+        """The executor that verifies and reads callbacks posted to this route segment."""
+        return self._callbacks.get(route)
+
+    def completes(self, route: str, tool: str) -> bool:
+        """Whether callbacks posted to `route` may complete operations of `tool`."""
+        if not self.has(tool):
+            return False
+        return route in self._routes.get(self.tool(tool).executor, set())
 
     def tool(self, name: str) -> ToolDeclaration:
         """A declaration by name."""
@@ -48,6 +92,10 @@ class ToolRegistry:
     def has(self, name: str) -> bool:
         """Whether a tool is declared."""
         return name in self._tools
+
+    def label(self, tool: str, arguments: Mapping[str, Any]) -> str:
+        """What an operation of this tool is about, in the user's words."""
+        return label_of(self._tools.get(tool), arguments)
 
     def executor_for(self, tool: str) -> Executor:
         """The executor that runs a tool."""
@@ -62,27 +110,81 @@ class ToolRegistry:
         return [t for t in self._tools.values() if include_internal or not t.internal]
 
     def load_modules(self, modules: Iterable[str]) -> None:
-        """Import user modules and let each register its tools and executors."""
+        """Import user modules and let each register its tools and executors (once each)."""
         for name in modules:
-            module = importlib.import_module(name)
+            if name in self._modules:
+                continue
+            try:
+                module = importlib.import_module(name)
+            except ImportError as exc:
+                raise DeclarationError(
+                    f"HOLDLINE_TOOL_MODULES: cannot import {name}: {exc}"
+                ) from None
             register = getattr(module, "register", None)
             if register is None:
-                raise ImportError(f"tool module {name} has no register(registry) function")
-            register(self)
+                raise DeclarationError(
+                    f"HOLDLINE_TOOL_MODULES: {name} has no register(registry) function"
+                )
+            self._modules.add(name)
+            self._origin = f"module {name}"
+            try:
+                register(self)
+            except DeclarationError as exc:
+                raise DeclarationError(f"HOLDLINE_TOOL_MODULES: {name}: {exc}") from None
+            finally:
+                self._origin = "holdline"
+
+    def check_links(self) -> None:
+        """Compensating tools exist (run once everything is declared)."""
+        for tool in self._tools.values():
+            if tool.compensating_tool and tool.compensating_tool not in self._tools:
+                raise DeclarationError(
+                    f"tool {tool.name!r}: compensating_tool {tool.compensating_tool!r} "
+                    "is not declared"
+                )
+
+    def check_executors(self) -> None:
+        """Every tool's executor is registered (the worker runs this before it starts)."""
+        for tool in self._tools.values():
+            if tool.executor not in self._executors:
+                raise DeclarationError(
+                    f"tool {tool.name!r} ({self._origins[tool.name]}): executor "
+                    f"{tool.executor!r} is not registered"
+                )
 
 
 def default_registry(client: httpx.AsyncClient | None = None) -> ToolRegistry:
-    """Demo tools with sandbox executors, plus whatever HOLDLINE_TOOL_MODULES adds."""
+    """Demo tools, HOLDLINE_TOOL_MODULES and HOLDLINE_TOOLS_FILE, checked together.
+
+    With a client (the worker), executors are registered too and every tool must have one.
+    Raises DeclarationError, naming what to fix, when anything is wrong.
+    """
     registry = ToolRegistry()
     for declaration in DEMO_TOOLS:
         registry.declare(declaration)
     if client is not None:
         twice = env_bool("HOLDLINE_SANDBOX_CALLBACK_TWICE", default=False)
+        secret = callback_secret()
         for name, route in ROUTES.items():
-            registry.register_executor(name, SandboxExecutor(route, client, callback_twice=twice))
+            registry.register_executor(
+                name,
+                SandboxExecutor(route, client, callback_twice=twice, callback_secret=secret),
+                callback_route=CALLBACK_ROUTE,
+            )
     modules = [m.strip() for m in env_str("HOLDLINE_TOOL_MODULES", "").split(",") if m.strip()]
     registry.load_modules(modules)
+    path = env_str("HOLDLINE_TOOLS_FILE", "")
+    if path:
+        load_tools_file(path, registry, client)
+    registry.check_links()
+    if client is not None:
+        registry.check_executors()
     return registry
+
+
+def callback_secret() -> bytes:
+    """The HMAC key the sandbox provider signs callbacks with."""
+    return env_str("HOLDLINE_CALLBACK_SECRET", "holdline-dev-callback-secret").encode()
 
 
 def sandbox_client() -> httpx.AsyncClient:

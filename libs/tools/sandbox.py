@@ -7,15 +7,39 @@ Every mutation carries the operation's idempotency key and its reference
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import msgspec
 
 from libs.config import env_str
+from libs.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 
-from .executor import AttemptResult, Lookup, OperationCall
+from .executor import (
+    AttemptResult,
+    CallbackResult,
+    Lookup,
+    OperationCall,
+    bad_callback,
+    bad_signature,
+)
+
+# The route segment the sandbox provider posts its callbacks to (`/v1/callbacks/sandbox`).
+CALLBACK_ROUTE = "sandbox"
+
+
+class _CallbackBody(msgspec.Struct, frozen=True, kw_only=True):
+    """What a sandbox completion callback must carry (other fields are ignored)."""
+
+    callback_id: str
+    reference: str | None = None
+    status: str
+    record: dict[str, Any]
+
+
+_CALLBACK = msgspec.json.Decoder(_CallbackBody)
 
 _COMMITTED = {"granted", "confirmed", "completed", "revoked", "cancelled"}
 
@@ -152,11 +176,17 @@ class SandboxExecutor:
     """An executor for one tool against the sandbox provider."""
 
     def __init__(
-        self, route: Route, client: httpx.AsyncClient, *, callback_twice: bool = False
+        self,
+        route: Route,
+        client: httpx.AsyncClient,
+        *,
+        callback_twice: bool = False,
+        callback_secret: bytes = b"",
     ) -> None:
         self._route = route
         self._client = client
         self._callback_twice = callback_twice
+        self._secret = callback_secret
 
     def _headers(self, call: OperationCall) -> dict[str, str]:
         headers = {"Idempotency-Key": call.idempotency_key}
@@ -217,10 +247,14 @@ class SandboxExecutor:
             return True  # unknown is not absent
         return bool(response.json().get("in_flight"))
 
-    async def poll(self, record_id: str, *, timeout_s: float) -> Lookup:
-        """Read an async record's current state."""
+    async def poll(self, call: OperationCall, *, timeout_s: float) -> Lookup:
+        """Read an async record's current state (by its id, else by reference)."""
+        if not call.provider_ref:
+            return await self.lookup(call, timeout_s=timeout_s)
         try:
-            response = await self._client.get(f"/v1/records/{record_id}", timeout=timeout_s)
+            response = await self._client.get(
+                f"/v1/records/{call.provider_ref}", timeout=timeout_s
+            )
             response.raise_for_status()
         except httpx.HTTPError as exc:
             return Lookup("error", detail=repr(exc))
@@ -248,6 +282,32 @@ class SandboxExecutor:
         if response.status_code >= 400:
             return await self.lookup(call, timeout_s=timeout_s)
         return lookup_from_record(response.json())
+
+    def parse_callback(
+        self, headers: Mapping[str, str], body: bytes, *, now: float
+    ) -> CallbackResult:
+        """A sandbox completion, signed with the shared secret (libs.signing)."""
+        if not self._secret or not verify(
+            self._secret,
+            headers.get(TIMESTAMP_HEADER),
+            headers.get(SIGNATURE_HEADER),
+            body,
+            now=now,
+        ):
+            raise bad_signature()
+        try:
+            payload = _CALLBACK.decode(body)
+        except msgspec.DecodeError as exc:
+            raise bad_callback(str(exc)) from None
+        session_id, _, operation_id = (payload.reference or "").partition("/")
+        if not session_id or not operation_id:
+            raise bad_callback("callback carries no reference")
+        return CallbackResult(
+            operation_id=operation_id,
+            found=lookup_from_record(payload.record),
+            session_id=session_id,
+            callback_id=payload.callback_id,
+        )
 
 
 def lookup_from_record(record: dict[str, Any]) -> Lookup:

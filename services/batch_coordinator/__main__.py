@@ -10,7 +10,7 @@ from .settings import DEFAULT_PORT, ENV_PREFIX, SERVICE
 
 def main() -> None:
     """Serve the batch-coordinator until SIGINT/SIGTERM."""
-    serve(create_app(), service=SERVICE, env_prefix=ENV_PREFIX, default_port=DEFAULT_PORT)
+    serve(create_app, service=SERVICE, env_prefix=ENV_PREFIX, default_port=DEFAULT_PORT)
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from libs.bus import Context, DurableConsumer, spec_for
 from libs.events import BATCHES, OPERATIONS
 from libs.models import get_model
 from libs.service import Runtime, create_service_app
+from libs.tools import default_registry
 
 from .handlers import Coordinator
 from .settings import SERVICE, Settings
@@ -37,7 +38,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     runtime = CoordinatorRuntime(
         name=SERVICE, settings=bus, publishes=(Context.BATCHES, Context.DELIVERIES)
     )
-    coordinator = Coordinator(runtime, settings, get_model(settings.model))
+    # Raises DeclarationError (the service does not start) on a bad tool declaration.
+    coordinator = Coordinator(
+        runtime, settings, get_model(settings.model), registry=default_registry()
+    )
     # One durable consumer per partition; each sees every message and works only on its own.
     part = settings.partition
 

@@ -20,6 +20,7 @@ from libs.events import (
     OperationRejected,
 )
 from libs.models import Outcome
+from libs.tools import ToolDeclaration
 from libs.tools.labels import label_of
 
 
@@ -44,17 +45,30 @@ def progress_delivery_id(operation_event_id: str) -> str:
     return f"prg-{digest}"
 
 
-def outcome_of(operation_id: str, status: MemberStatus, state: OperationState | None) -> Outcome:
+def outcome_of(
+    operation_id: str,
+    status: MemberStatus,
+    state: OperationState | None,
+    declaration: ToolDeclaration | None = None,
+) -> Outcome:
     """A member's outcome for the summary; the batch's settled status is authoritative."""
     if state is None:
         return Outcome(operation_id=operation_id, tool="", label=operation_id, status=status)
     detail = state.failure or ""
+    line = ""
+    if status == "committed" and declaration is not None and declaration.closing is not None:
+        try:
+            line = declaration.closing(state.arguments, state.result or {})
+        except (KeyError, TypeError, ValueError):
+            # The result lacks a field the template names: the label still says what was done.
+            line = ""
     return Outcome(
         operation_id=operation_id,
         tool=state.tool,
-        label=label_of(state.tool, state.arguments),
+        label=label_of(declaration, state.arguments),
         status=status,
         detail=detail if status != "committed" else "",
+        line=line,
     )
 
 
@@ -73,7 +87,8 @@ def template_summary(outcomes: Sequence[Outcome], language: str) -> str:
     """The closing when nothing failed: what was done, and what was cancelled as asked."""
     spanish = language.lower().startswith("es")
     conj = "y" if spanish else "and"
-    done = [o.label for o in outcomes if o.status == "committed"]
+    done = [o.label for o in outcomes if o.status == "committed" and not o.line]
+    lines = [o.line for o in outcomes if o.status == "committed" and o.line]
     cancelled = [o.label for o in outcomes if o.status == "cancelled"]
     parts: list[str] = []
     if done:
@@ -81,6 +96,7 @@ def template_summary(outcomes: Sequence[Outcome], language: str) -> str:
             f"Listo: {_join(done, conj)}, completado." if spanish
             else f"All done: {_join(done, conj)}."
         )
+    parts.extend(lines)
     if cancelled:
         parts.append(
             f"Cancelado como pediste: {_join(cancelled, conj)}." if spanish

@@ -57,6 +57,7 @@ from libs.events import (
 from libs.metrics import COMPLETE_TO_DELIVERY_READY, DUPLICATE_DELIVERIES, EVENTS_PUBLISHED
 from libs.models import MockModel, Outcome, SummaryModel
 from libs.service import Runtime
+from libs.tools import ToolDeclaration, ToolRegistry
 
 from .domain import (
     member_status,
@@ -82,10 +83,19 @@ def _now() -> datetime:
 class Coordinator:
     """Batch projections plus the handlers that close each batch exactly once."""
 
-    def __init__(self, runtime: Runtime, settings: Settings, model: SummaryModel) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: Settings,
+        model: SummaryModel,
+        *,
+        registry: ToolRegistry | None = None,
+    ) -> None:
         self._rt = runtime
         self._settings = settings
         self._model = model
+        # Declarations word the closings (labels, a tool's own success line).
+        self._registry = registry or ToolRegistry()
         self.batches: Projection[BatchState, BatchEvent] = Projection(
             batch_domain.evolve, key=lambda env: env.batch_id or ""
         )
@@ -213,7 +223,8 @@ class Coordinator:
         crash_point("coordinator.after_claim")
         members = [await self._operation(state.session_id, m) for m in state.members]
         outcomes = [
-            outcome_of(m, state.settled[m], s) for m, s in zip(state.members, members, strict=True)
+            outcome_of(m, state.settled[m], s, self._declaration(s))
+            for m, s in zip(state.members, members, strict=True)
         ]
         text = await self._summary(outcomes)
         ready = Envelope(
@@ -250,6 +261,11 @@ class Coordinator:
         crash_point("coordinator.after_ready")
         drained = batch_domain.decide(state, CloseBatch(delivery_id))
         await self._append_batch(state, seq, drained, ready.event_id)
+
+    def _declaration(self, state: OperationState | None) -> ToolDeclaration | None:
+        if state is None or not self._registry.has(state.tool):
+            return None
+        return self._registry.tool(state.tool)
 
     async def _summary(self, outcomes: Sequence[Outcome]) -> str:
         language = self._settings.language

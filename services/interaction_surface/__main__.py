@@ -2,20 +2,29 @@
 
 import sys
 
-from libs.serve import serve
+from fastapi import FastAPI
+
+from libs.serve import EXIT_CONFIG, serve
 
 from .app import create_app
 from .twilio_trust import TelephonyMisconfigured
 
-try:
-    app = create_app()
-except TelephonyMisconfigured as exc:
-    # Refuse to start, with the reason on one line (a crash loop in Kubernetes says why).
-    sys.exit(f"interaction-surface: {exc}")
+
+def _app() -> FastAPI:
+    try:
+        return create_app()
+    except TelephonyMisconfigured as exc:
+        # Refuse to start, with the reason on one line (a crash loop in Kubernetes says why);
+        # the supervisor does not restart a configuration it would refuse again.
+        sys.stderr.write(f"interaction-surface: refusing to start: {exc}\n")
+        sys.stderr.flush()
+        raise SystemExit(EXIT_CONFIG) from None
+
+
 # The surface applies its own trusted-proxy list (HOLDLINE_TRUSTED_PROXIES) and needs the
 # real peer to tell a local request from a proxied one, so uvicorn must not rewrite it.
 serve(
-    app,
+    _app,
     service="interaction-surface",
     env_prefix="INTERACTION_SURFACE",
     default_port=8080,

@@ -393,6 +393,7 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
                 view.session_batches(session_id),
                 view.session_deliveries(session_id),
                 found.cursor,
+                label=view.label,
             )
         )
 

@@ -97,6 +97,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     surface = Surface(runtime=runtime, view=view, settings=settings)
     agent_api = AgentApi(surface)
     model = conversation_model()
+    # Before anything starts: a bad tool declaration stops the service (DeclarationError).
+    registry = default_registry()
+    view.label = registry.label
 
     async def on_start() -> None:
         js = runtime.jetstream
@@ -104,7 +107,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await load_view.follow(js, runtime.topology)
         await view.caught_up.wait()
         await load_view.caught_up.wait()
-        registry = default_registry()
         admission = Admission(
             js, runtime.topology, registry, load_view, runtime.bucket("intents")
         )

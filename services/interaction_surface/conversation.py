@@ -7,7 +7,7 @@ projections and handed to the model for one turn only; none of it becomes a mess
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -28,7 +28,6 @@ from libs.models.interface import (
 )
 from libs.models.phrasing import base_language, elsewhere_words, join_text, pending_preamble
 from libs.tools import ToolDeclaration
-from libs.tools.labels import label_of
 
 _SPANISH = re.compile(
     r"[¿¡ñáéíóú]|\b(para|las|los|dame|quiero|reserva|mejor|acceso|hola|gracias|no hagas|"
@@ -93,14 +92,16 @@ def history_for_model(messages: Sequence[Message], context_from: int) -> list[Ch
 _LIVE = frozenset(set(OpStatus) - TERMINAL - {OpStatus.REQUESTED}) | {OpStatus.COMMITTED}
 
 
-def live_operations(operations: Iterable[OperationState]) -> list[LiveOperation]:
+def live_operations(
+    operations: Iterable[OperationState], label: Callable[[str, Mapping[str, Any]], str]
+) -> list[LiveOperation]:
     """Operations still moving, awaiting a yes, or committed (undoable), with their true state."""
     return [
         LiveOperation(
             operation_id=op.operation_id,
             tool=op.tool,
             status=op.status.value,
-            label=label_of(op.tool, op.arguments),
+            label=label(op.tool, op.arguments),
             arguments=dict(op.arguments),
         )
         for op in operations

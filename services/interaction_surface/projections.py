@@ -16,7 +16,7 @@ import contextlib
 import heapq
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -47,6 +47,7 @@ from libs.events import (
     TurnReceived,
     TurnReplied,
 )
+from libs.tools.labels import label_of
 
 log = logging.getLogger(__name__)
 
@@ -154,6 +155,10 @@ class SurfaceView:
     """Live projections of every session, fed by ordered consumers over the event streams."""
 
     def __init__(self) -> None:
+        # Words for an operation, from its tool's declaration (set from the registry at start).
+        self.label: Callable[[str, Mapping[str, Any]], str] = lambda _tool, args: label_of(
+            None, args
+        )
         self.sessions: Projection[SessionState, Any] = Projection(session.evolve, _session_key)
         self.operations: Projection[OperationState, Any] = Projection(operation.evolve, _op_key)
         self.batches: Projection[BatchState, Any] = Projection(batch.evolve, _batch_key)

@@ -5,7 +5,7 @@ No I/O here: the API and the WebSocket call these with what the live view holds.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import msgspec
@@ -51,7 +51,15 @@ def message_view(
     return {"role": role, "text": text, "turn_id": turn_id, "delivery_id": delivery_id}
 
 
-def operation_view(op: OperationState) -> dict[str, Any]:
+Labeller = Callable[[str, Mapping[str, Any]], str]
+
+
+def generic_label(_tool: str, arguments: Mapping[str, Any]) -> str:
+    """A label without the tool's declaration (its first few scalar arguments)."""
+    return label_of(None, arguments)
+
+
+def operation_view(op: OperationState, label: Labeller = generic_label) -> dict[str, Any]:
     """One operation as the snapshot shows it (the contract's fields, then extras)."""
     return {
         "operation_id": op.operation_id,
@@ -60,7 +68,7 @@ def operation_view(op: OperationState) -> dict[str, Any]:
         "batch_id": op.batch_id,
         "intent_key": op.intent_key,
         "attempts": op.attempts,
-        "label": label_of(op.tool, op.arguments),
+        "label": label(op.tool, op.arguments),
         "turn_id": op.turn_id,
         "agent": op.agent,
         "failure": op.failure,
@@ -104,8 +112,10 @@ def build_snapshot(
     batches: Sequence[BatchState],
     deliveries: Sequence[DeliveryState],
     cursor: tuple[int, ...] | None = None,
+    *,
+    label: Labeller = generic_label,
 ) -> dict[str, Any]:
-    """The session snapshot of DESIGN §6."""
+    """The session snapshot of DESIGN §6 (`label` words operations, from their declarations)."""
     snapshot: dict[str, Any] = {
         "session_id": state.session_id,
         "agent": state.agent,
@@ -113,7 +123,7 @@ def build_snapshot(
         "messages": [
             message_view(m.role, m.text, m.turn_id, m.delivery_id) for m in state.messages
         ],
-        "operations": [operation_view(o) for o in operations],
+        "operations": [operation_view(o, label) for o in operations],
         "batches": [batch_view(b) for b in batches],
         "deliveries": [delivery_view(d) for d in deliveries],
     }

@@ -73,6 +73,7 @@ class SessionStream:
             self._view.session_batches(self._session_id),
             self._view.session_deliveries(self._session_id),
             found.cursor,
+            label=self._view.label,
         )
 
     async def run(self, after: Cursor) -> None:

@@ -56,7 +56,6 @@ from libs.models.interface import (
 from libs.models.phrasing import reply_language
 from libs.service import Runtime
 from libs.tools import ToolRegistry
-from libs.tools.labels import label_of
 
 from .auth import new_id
 from .conversation import (
@@ -121,6 +120,7 @@ class Turns:
         self._load = load_view
         self._model = model
         self._settings = settings
+        self._registry = registry
         self._tools = tuple(tool_spec(t) for t in registry.tools())
         # Same-process turns of a session queue here instead of racing on the log.
         self._locks: dict[str, asyncio.Lock] = {}
@@ -212,7 +212,9 @@ class Turns:
             # The user's message of this turn is the last one: the model gets it separately.
             history=history_for_model(state.messages[:-1], context_from),
             tools=self._tools,
-            live_operations=live_operations(self._view.session_operations(session_id)),
+            live_operations=live_operations(
+                self._view.session_operations(session_id), self._registry.label
+            ),
             pending_updates=updates,
             today=_now().date().isoformat(),
             deadline=time.monotonic() + self._settings.model_timeout_s,
@@ -414,7 +416,9 @@ class Turns:
             # Admission's join of the user's own intent from another session may: the user has
             # just asked for that very resource.
             state = None
-        label = label_of(outcome.tool, state.arguments) if state is not None else outcome.tool
+        label = outcome.tool
+        if state is not None:
+            label = self._registry.label(outcome.tool, state.arguments)
         reason = outcome.reason
         if reason and outcome.detail:
             reason = f"{reason}: {outcome.detail}"

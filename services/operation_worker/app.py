@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
@@ -14,25 +13,12 @@ from libs.bus import Context, DurableConsumer
 from libs.events import OPERATIONS, WORK
 from libs.problems import install_problem_handlers, problem
 from libs.service import Runtime, create_service_app
-from libs.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
-from libs.tools import default_registry, sandbox_client
+from libs.tools import CallbackRefused, default_registry, sandbox_client
 
-from .handlers import Worker
+from .handlers import FOREIGN, Worker
 from .settings import Settings
 
 _MAX_CALLBACK_BYTES = 64 * 1024
-
-
-class CallbackBody(msgspec.Struct, frozen=True, kw_only=True):
-    """What a provider's completion callback must carry (other fields are ignored)."""
-
-    callback_id: str
-    reference: str | None = None
-    status: str
-    record: dict[str, Any]
-
-
-_CALLBACK = msgspec.json.Decoder(CallbackBody)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -41,6 +27,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     client = sandbox_client()
     # Calls to the system of record carry the operation's trace (a no-op while tracing is off).
     client.event_hooks["request"].append(tracing.inject_headers)
+    # Raises DeclarationError (and the service does not start) on any bad tool declaration.
     registry = default_registry(client)
     holder: dict[str, Worker] = {}
 
@@ -87,40 +74,31 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app = create_service_app(runtime, title="holdline operation-worker", on_stop=stop)
     install_problem_handlers(app)
 
-    @app.post("/v1/callbacks/{provider}")
-    async def callback(provider: str, request: Request) -> Response:
-        """A provider's signed async completion; applying it twice changes nothing."""
-        if provider != "sandbox":
-            return problem(404, "Not found", f"no provider named {provider!r}")
+    @app.post("/v1/callbacks/{executor}")
+    async def callback(executor: str, request: Request) -> Response:
+        """A provider's async completion, verified by the executor it names; applied once."""
+        receiver = registry.callback_receiver(executor)
+        if receiver is None:
+            return problem(404, "Not found", f"no executor named {executor!r}")
         body = await request.body()
         if len(body) > _MAX_CALLBACK_BYTES:
             return problem(
                 413, "Payload too large", f"callbacks are limited to {_MAX_CALLBACK_BYTES} bytes"
             )
-        if not verify(
-            settings.callback_secret,
-            request.headers.get(TIMESTAMP_HEADER),
-            request.headers.get(SIGNATURE_HEADER),
-            body,
-            now=time.time(),
-        ):
-            return problem(
-                401,
-                "Unauthorized",
-                "missing, stale or wrong callback signature",
-                slug="bad-signature",
-            )
         try:
-            payload = _CALLBACK.decode(body)
-        except msgspec.DecodeError as exc:
-            return problem(400, "Bad request", str(exc), slug="bad-callback")
-        if not payload.reference:
-            return problem(
-                422, "Invalid request", "callback carries no reference", slug="no-reference"
-            )
+            parsed = receiver.parse_callback(request.headers, body, now=time.time())
+        except CallbackRefused as refused:
+            return problem(refused.status, refused.title, refused.detail, slug=refused.slug)
         if "w" not in holder:
             return problem(503, "Service unavailable", "the worker is still starting")
-        outcome = await holder["w"].complete_from_callback(payload.reference, payload.record)
-        return JSONResponse({"callback_id": payload.callback_id, "result": outcome})
+        outcome = await holder["w"].complete_from_callback(parsed, executor)
+        if outcome == FOREIGN:
+            return problem(
+                422,
+                "Invalid request",
+                f"operation {parsed.operation_id} is not run by executor {executor!r}",
+                slug="foreign-operation",
+            )
+        return JSONResponse({"callback_id": parsed.callback_id, "result": outcome})
 
     return app

@@ -13,10 +13,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import re
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 import msgspec
 from nats.js import JetStreamContext
@@ -53,8 +53,7 @@ from libs.events import (
     OperationUnknown,
     WorkCommand,
 )
-from libs.tools import Lookup, OperationCall, ToolDeclaration, ToolRegistry
-from libs.tools.sandbox import lookup_from_record
+from libs.tools import CallbackResult, OperationCall, ToolDeclaration, ToolRegistry
 
 from .domain import RetryBudget, after_attempt, after_lookup, completion_events, policy
 from .lease import Lease, acquire
@@ -65,6 +64,12 @@ log = logging.getLogger(__name__)
 # How long past its deadline an unresolved operation is still watched before an operator
 # has to look at it (it is then dead-lettered with its full history).
 _GRACE_S = 60.0
+# An operation id is one subject token: anything else in a callback names no operation.
+_OPERATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+# A callback, validly signed, about an operation that another executor runs.
+FOREIGN = "foreign_operation"
 
 
 class _Stale(Exception):
@@ -172,6 +177,7 @@ class Worker:
             idempotency_key=state.operation_id,
             reference=f"{state.session_id}/{state.operation_id}",
             result=state.result,
+            provider_ref=state.provider_ref,
         )
 
     # -- dispatch ------------------------------------------------------------
@@ -393,12 +399,7 @@ class Worker:
             )
             return False
         executor = self._registry.executor_for(state.tool)
-        poll = getattr(executor, "poll", None)
-        found: Lookup
-        if poll is not None and state.provider_ref:
-            found = await poll(state.provider_ref, timeout_s=self._timeout(declaration))
-        else:
-            found = await executor.lookup(self._call(state), timeout_s=self._timeout(declaration))
+        found = await executor.poll(self._call(state), timeout_s=self._timeout(declaration))
         events = completion_events(found, "poll", cancel_requested=False)
         if events:
             op = await self._append(op, *events)
@@ -511,16 +512,22 @@ class Worker:
                 )
 
     # -- callbacks ---------------------------------------------------------------------
-    async def complete_from_callback(self, reference: str, record: dict[str, Any]) -> str:
-        """Apply a provider callback once; a duplicate or late one changes nothing."""
-        session_id, _, operation_id = reference.partition("/")
-        if not session_id or not operation_id:
-            return "unknown_reference"
-        found = lookup_from_record(record)
+    async def complete_from_callback(self, callback: CallbackResult, route: str) -> str:
+        """Apply a verified provider callback once; a duplicate or late one changes nothing.
+
+        Only the executor that runs the operation's tool may complete it: a provider's valid
+        signature says nothing about another provider's operations.
+        """
+        operation_id, found = callback.operation_id, callback.found
+        session_id = callback.session_id or await self._session_of(operation_id)
+        if session_id is None:
+            return "unknown_operation"
         for _ in range(10):
             op = await self._load(session_id, operation_id)
-            if op is None:
+            if op is None or op.state.operation_id != operation_id:
                 return "unknown_operation"
+            if not self._registry.completes(route, op.state.tool):
+                return FOREIGN
             if op.state.terminal:
                 return "already_terminal"
             cancel = op.state.status is OpStatus.CANCEL_REQUESTED
@@ -533,6 +540,20 @@ class Worker:
                 continue
             return "applied"
         return "raced"
+
+
+    async def _session_of(self, operation_id: str) -> str | None:
+        """The session of an operation known only by id (a provider that echoes only our key)."""
+        if not _OPERATION_ID.match(operation_id):
+            return None
+        loaded = await load(
+            self._js,
+            self._topology.stream_name(Context.OPERATIONS),
+            f"{self._topology.prefix}.operations.*.{operation_id}",
+            OPERATIONS,
+            operation.evolve,
+        )
+        return loaded.state.session_id if loaded.state is not None else None
 
 
 def _seconds(value: float) -> timedelta:

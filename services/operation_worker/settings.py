@@ -2,7 +2,7 @@
 
 - `OPERATION_WORKER_HOST` / `OPERATION_WORKER_PORT` (127.0.0.1:8091): HTTP (probes, callbacks)
 - `HOLDLINE_WORKER_ID`: this worker's name in events (default: host-pid)
-- `HOLDLINE_CALLBACK_SECRET`: HMAC key of provider callbacks
+- `HOLDLINE_CALLBACK_SECRET`: HMAC key of sandbox callbacks (read by its executor)
 - `HOLDLINE_LEASE_TTL_S` (default: the ack wait): how long a silent worker keeps an operation
 - `HOLDLINE_CALLBACK_OVERDUE_S` (5): after this, an awaited async result is polled
 - `HOLDLINE_PROGRESS_AFTER_S` (10): an async wait this long gets one `operation.progress`
@@ -31,7 +31,6 @@ class Settings:
     bus: BusSettings
     http: HttpSettings
     worker_id: str
-    callback_secret: bytes
     lease_ttl_s: float
     callback_overdue_s: float
     progress_after_s: float
@@ -50,9 +49,6 @@ class Settings:
             bus=bus,
             http=HttpSettings.from_env("OPERATION_WORKER", 8091),
             worker_id=env_str("HOLDLINE_WORKER_ID", f"{socket.gethostname()}-{os.getpid()}"),
-            callback_secret=env_str(
-                "HOLDLINE_CALLBACK_SECRET", "holdline-dev-callback-secret"
-            ).encode(),
             lease_ttl_s=env_float("HOLDLINE_LEASE_TTL_S", bus.ack_wait_s),
             callback_overdue_s=env_float("HOLDLINE_CALLBACK_OVERDUE_S", 5.0),
             progress_after_s=env_float("HOLDLINE_PROGRESS_AFTER_S", 10.0),

@@ -238,7 +238,7 @@ async def _exported(
         found = otlp.trace(trace_id)
         handlers = {s.service for s in found if s.kind == "SPAN_KIND_CONSUMER"}
         provider = [s for s in found if s.service == "sandbox-provider"]
-        callbacks = [s for s in found if s.name == "POST /v1/callbacks/{provider}"]
+        callbacks = [s for s in found if s.name == "POST /v1/callbacks/{executor}"]
         done = handlers >= _HANDLERS and provider and (callbacks or not callback)
         done = done and _delivery_handled(found, delivery_id)
         return found if done and not _orphans(found, client_span) else None
@@ -352,7 +352,7 @@ async def test_one_trace_runs_from_the_http_request_to_the_delivery(
         assert {by_id[b.parent_span_id].service for b in bookings.values()} == {
             "operation-worker"
         }
-        callbacks = [s for s in found if s.name == "POST /v1/callbacks/{provider}"]
+        callbacks = [s for s in found if s.name == "POST /v1/callbacks/{executor}"]
         assert {c.service for c in callbacks} == {"operation-worker"}
         # The callback continues the provider request that accepted the booking, and the
         # commit it appended is its child.

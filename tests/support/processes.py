@@ -100,6 +100,8 @@ class ServiceProcess:
     port: int
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    # Another module to run instead (an example's own server, say).
+    module: str | None = None
 
     @property
     def base_url(self) -> str:
@@ -111,7 +113,7 @@ class ServiceProcess:
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", f"services.{self.package}"],
+                [sys.executable, "-m", self.module or f"services.{self.package}"],
                 cwd=ROOT,
                 env=env,
                 stdout=log,

@@ -59,8 +59,11 @@ class OpsStack:
             "HOLDLINE_TOOL_MODULES": "tests.support.tools_plugin",
         }
 
-    async def start(self, workers: int = 2) -> None:
-        """Start the provider, the workers, and an admission bound to this stack."""
+    async def start(self, workers: int = 2, *, provider: bool = True) -> None:
+        """Start the provider, the workers, and an admission bound to this stack.
+
+        `provider=False` leaves the sandbox out, for tools with a system of record of their own.
+        """
         port = free_port()
         self.provider = ServiceProcess(
             "sandbox_provider",
@@ -82,7 +85,7 @@ class OpsStack:
         await ensure_buckets(self.js, self.topology, self.settings)
         # Start everything side by side: workers do not need the provider to become ready.
         await asyncio.gather(
-            asyncio.to_thread(self.provider.start),
+            *([asyncio.to_thread(self.provider.start)] if provider else []),
             *(self.add_worker(callback=i == 0) for i in range(workers)),
         )
         await self.view.follow(self.js, self.topology)

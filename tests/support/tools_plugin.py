@@ -17,6 +17,7 @@ def register(registry: ToolRegistry) -> None:
             description="An access grant with a short deadline and many attempts allowed.",
             arguments=AccessItem,
             executor="sandbox.access",
+            roles={"access": "resource"},
             max_attempts=100,
             backoff_base_s=0.05,
             backoff_max_s=0.2,
@@ -29,6 +30,7 @@ def register(registry: ToolRegistry) -> None:
             description="At most three open per user; more are rejected.",
             arguments=AccessItem,
             executor="sandbox.access",
+            roles={"access": "resource"},
             limits=Limits(per_user_open=3),
             overflow="reject",
         )
@@ -39,6 +41,7 @@ def register(registry: ToolRegistry) -> None:
             description="One runs at a time; up to four wait admitted.",
             arguments=AccessItem,
             executor="sandbox.access",
+            roles={"access": "resource"},
             limits=Limits(per_user_open=2, running=1),
             overflow="queue",
         )
@@ -49,6 +52,7 @@ def register(registry: ToolRegistry) -> None:
             description="Many attempts and a long deadline: only the retry budget stops it.",
             arguments=AccessItem,
             executor="sandbox.access",
+            roles={"access": "resource"},
             max_attempts=50,
             backoff_base_s=0.01,
             backoff_max_s=0.02,
@@ -62,6 +66,7 @@ def register(registry: ToolRegistry) -> None:
                 description="Availability with room for one open read per tenant.",
                 arguments=CheckAvailabilityArgs,
                 executor="sandbox.availability",
+                roles={"restaurant": "resource"},
                 read_only=True,
                 limits=Limits(per_tenant_open=1),
                 overflow=overflow,  # type: ignore[arg-type]

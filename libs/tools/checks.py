@@ -1,0 +1,110 @@
+"""Start-up checks of a declaration: what it says admission enforces must be enforceable.
+
+A tool that takes names, accounts or amounts and declares no roles would pass admission with
+no tenant, ownership or limit check at all; it is refused here, before anything runs, with a
+message that says what to declare.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from .declaration import ROLES, ToolDeclaration
+
+
+class DeclarationError(ValueError):
+    """A declaration, a tools file or a tool module that holdline refuses to start with."""
+
+
+def _unwrap(info: Any) -> Any:
+    while isinstance(info, msgspec.inspect.Metadata):
+        info = info.type
+    return info
+
+
+def argument_types(arguments: type[Any]) -> dict[str, Any]:
+    """Each argument of a declaration's schema and its msgspec type info."""
+    info = _unwrap(msgspec.inspect.type_info(arguments))
+    if not isinstance(info, msgspec.inspect.StructType):
+        raise DeclarationError(f"arguments must be a msgspec.Struct type, not {arguments!r}")
+    return {f.name: _unwrap(f.type) for f in info.fields}
+
+
+def _names_something(info: Any) -> bool:
+    """A string or integer argument (or a list of them) could name a resource or an amount."""
+    if isinstance(info, msgspec.inspect.ListType | msgspec.inspect.SetType):
+        return _names_something(_unwrap(info.item_type))
+    return isinstance(info, msgspec.inspect.StrType | msgspec.inspect.IntType)
+
+
+def _is_int(info: Any) -> bool:
+    return isinstance(info, msgspec.inspect.IntType)
+
+
+def problems(declaration: ToolDeclaration) -> list[str]:
+    """Everything wrong with one declaration (empty when it may be registered)."""
+    d = declaration
+    try:
+        fields = argument_types(d.arguments)
+    except DeclarationError as exc:
+        return [str(exc)]
+    found: list[str] = []
+    for argument, role in d.roles.items():
+        if argument not in fields:
+            found.append(f"roles: argument {argument!r} is not in the schema ({_list(fields)})")
+        elif role not in ROLES:
+            found.append(f"roles: {argument!r} has role {role!r}; roles are {', '.join(ROLES)}")
+        elif role == "amount" and not _is_int(fields[argument]):
+            found.append(f"roles: {argument!r} is an amount, so the schema must make it an integer")
+    amounts = [a for a, r in d.roles.items() if r == "amount"]
+    if len(amounts) > 1:
+        found.append(f"roles: one amount argument per tool, not {', '.join(amounts)}")
+    if d.business.max_amount is not None and not amounts:
+        found.append("business.max_amount needs an argument with role 'amount' to bound")
+    if d.owned_values and "owned" not in d.roles.values():
+        found.append("owned_values needs an argument with role 'owned'")
+    found.extend(
+        f"normalisers: argument {a!r} is not in the schema"
+        for a in d.normalisers
+        if a not in fields
+    )
+    found.extend(
+        f"subject_key: argument {a!r} is not in the schema"
+        for a in d.subject_key_fields
+        if a not in fields
+    )
+    if (d.batch_field is None) != (d.item_field is None):
+        found.append("batch_field and item_field go together")
+    elif d.item_field is not None and d.item_field not in fields:
+        found.append(f"item_field {d.item_field!r} is not in the schema")
+    if d.max_attempts < 1:
+        found.append("max_attempts must be at least 1")
+    if d.attempt_timeout_s <= 0 or d.deadline_s <= 0:
+        found.append("attempt_timeout_s and deadline_s must be positive")
+    if d.compensating_tool is not None and d.compensation_arguments is None:
+        found.append("compensating_tool needs compensation_arguments")
+    # Internal tools get their arguments from a committed operation, never from a model.
+    if not d.roles and not d.open and not d.internal:
+        named = [a for a, info in fields.items() if _names_something(info)]
+        if named:
+            found.append(
+                f"arguments {_list(named)} could name a resource, an account or an amount, but "
+                "the tool declares no roles: declare roles (resource: another tenant's is "
+                "refused; owned: must be the caller's; amount: bounded by max_amount; text: "
+                "free text) for the arguments admission must check, or declare open=true if "
+                "none of them needs a check"
+            )
+    return found
+
+
+def _list(names: Any) -> str:
+    return ", ".join(repr(n) for n in names) or "no arguments"
+
+
+def check(declaration: ToolDeclaration) -> None:
+    """Raise DeclarationError naming the tool and every problem of its declaration."""
+    found = problems(declaration)
+    if found:
+        raise DeclarationError(f"tool {declaration.name!r}: " + "; ".join(found))

@@ -1,0 +1,114 @@
+"""A user's own tools on the real operation plane: the example help-desk API as a real HTTP
+server, the file-declared HTTP tools and the `examples.payouts` module, a real worker.
+
+The test process admits through the same `Admission` the surface uses, with a registry built
+from the same environment as the worker's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from libs.config import BusSettings
+from tests.support.processes import ROOT, ServiceProcess, free_port
+from tests.support.stack import OpsStack
+
+TOOLS_FILE = ROOT / "examples" / "deskapi" / "tools.toml"
+SECRET = "desk-test-secret"
+
+
+@dataclass
+class DeskStack:
+    """The operation plane plus the example API it calls."""
+
+    ops: OpsStack
+    desk: ServiceProcess
+
+    @property
+    def desk_url(self) -> str:
+        return self.desk.base_url
+
+    @property
+    def worker_url(self) -> str:
+        return f"http://127.0.0.1:{self.ops.callback_port}"
+
+    async def desk_get(self, path: str) -> Any:
+        async with httpx.AsyncClient(base_url=self.desk_url) as client:
+            response = await client.get(path)
+            response.raise_for_status()
+            return response.json()
+
+    async def effects(self, token: str) -> int:
+        """Real effects the example API counted under one request token (= operation id)."""
+        entries = (await self.desk_get("/ledger"))["entries"]
+        return sum(e["effects"] for e in entries if e["request_token"] == token)
+
+    async def all_effects(self) -> int:
+        return sum(e["effects"] for e in (await self.desk_get("/ledger"))["entries"])
+
+    async def fault(self, **fault: Any) -> None:
+        async with httpx.AsyncClient(base_url=self.desk_url) as client:
+            (await client.post("/admin/faults", json=fault)).raise_for_status()
+
+
+DeskFactory = Callable[..., Awaitable[DeskStack]]
+
+
+@pytest.fixture
+async def desk_stack(
+    bus_settings: BusSettings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[DeskFactory]:
+    """Start the example API and one worker that loads the examples' tools."""
+    started: list[DeskStack] = []
+
+    async def factory(desk_env: dict[str, str] | None = None) -> DeskStack:
+        logs = tmp_path / f"desk{len(started)}"
+        logs.mkdir()
+        desk_port = free_port()
+        desk_url = f"http://127.0.0.1:{desk_port}"
+        tool_env = {
+            "HOLDLINE_TOOLS_FILE": str(TOOLS_FILE),
+            "HOLDLINE_TOOL_MODULES": "tests.support.tools_plugin,examples.payouts",
+            "DESK_API_URL": desk_url,
+            "DESK_WEBHOOK_SECRET": SECRET,
+        }
+        for name, value in tool_env.items():
+            # The in-test admission builds its registry from the same environment.
+            monkeypatch.setenv(name, value)
+        # Callbacks come long before the worker would poll: a completion "via callback"
+        # proves the executor's own route, not a race.
+        worker_env = {**tool_env, "HOLDLINE_CALLBACK_OVERDUE_S": "15"}
+        ops = OpsStack(settings=bus_settings, logs=logs, worker_env=worker_env)
+        callbacks = f"http://127.0.0.1:{ops.callback_port}/v1/callbacks"
+        desk = ServiceProcess(
+            "deskapi",
+            {
+                "DESK_PORT": str(desk_port),
+                "DESK_SETTLE_MS": "300",
+                "DESK_WEBHOOK_SECRET": SECRET,
+                "DESK_REFUND_WEBHOOK_URL": f"{callbacks}/http.refund_order",
+                "DESK_PAYOUT_WEBHOOK_URL": f"{callbacks}/payouts",
+                **(desk_env or {}),
+            },
+            desk_port,
+            logs / "deskapi.log",
+            module="examples.deskapi",
+        )
+        stack = DeskStack(ops, desk)
+        started.append(stack)
+        await asyncio.gather(
+            asyncio.to_thread(desk.start), ops.start(workers=1, provider=False)
+        )
+        return stack
+
+    yield factory
+    for stack in started:
+        await stack.ops.stop()
+        await asyncio.to_thread(stack.desk.stop)

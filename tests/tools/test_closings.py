@@ -1,0 +1,46 @@
+"""A closing is worded from the declarations: the tool's own success line and label."""
+
+from __future__ import annotations
+
+import pytest
+
+from libs.domain import OperationState, OpStatus
+from libs.tools import default_registry
+from services.batch_coordinator.domain import outcome_of, template_summary
+from tests.tools.conftest import SECRET, TOOLS_FILE
+
+
+def _state(tool: str, arguments: dict[str, object], result: dict[str, object]) -> OperationState:
+    return OperationState(
+        operation_id=f"op_{tool}",
+        session_id="s",
+        status=OpStatus.COMMITTED,
+        tool=tool,
+        arguments=dict(arguments),
+        result=dict(result),
+    )
+
+
+def test_closings_use_each_tools_own_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOLDLINE_TOOLS_FILE", str(TOOLS_FILE))
+    monkeypatch.setenv("HOLDLINE_TOOL_MODULES", "examples.payouts")
+    monkeypatch.setenv("DESK_WEBHOOK_SECRET", SECRET)
+    registry = default_registry()
+    members = [
+        _state("open_ticket", {"project": "billing", "title": "Blank PDF"}, {"id": "T-4"}),
+        _state("send_payout", {"payee": "bob", "amount": 2500, "account_id": "ana"}, {"id": "P-2"}),
+        _state("provision_access", {"access": "github"}, {"id": "a1"}),
+        # A result without the field its template names falls back to the label.
+        _state("refund_order", {"order_id": "ana-1", "amount": 5}, {}),
+    ]
+    outcomes = [outcome_of(m.operation_id, "committed", m, registry.tool(m.tool)) for m in members]
+    assert template_summary(outcomes, "en") == (
+        "All done: github and refund of order ana-1. "
+        "Ticket T-4 is open in billing. Payout P-2 of 25.00 to bob is paid."
+    )
+    assert [o.label for o in outcomes] == [
+        "Blank PDF (billing)",
+        "25.00 to bob",
+        "github",
+        "refund of order ana-1",
+    ]
