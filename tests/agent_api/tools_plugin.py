@@ -14,6 +14,7 @@ def register(registry: ToolRegistry) -> None:
             description="Grant access to a billing workspace (billing agent only).",
             arguments=AccessItem,
             executor="sandbox.access",
+            roles={"access": "resource"},
             agents=frozenset({"billing"}),
         )
     )
