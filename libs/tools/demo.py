@@ -67,16 +67,18 @@ class CheckAvailabilityArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_un
 
 
 def _booking_label(arguments: Mapping[str, Any]) -> str:
-    """ "casa-pepe 2026-12-24 21:00"."""
+    """ "casa-pepe 2026-12-24 21:00" (a booking), "casa-pepe 2026-12-24" (availability)."""
     parts = (arguments.get(k) for k in ("restaurant", "date", "time"))
     return " ".join(str(p) for p in parts if p)
 
 
 def _transfer_label(arguments: Mapping[str, Any]) -> str:
-    """ "50.00 EUR to bob-main"."""
+    """ "50.00 EUR to bob-main" (without a destination: no label of its own)."""
+    if not arguments.get("to_account"):
+        return ""
     amount = arguments.get("amount_cents")
     money = f"{amount / 100:.2f} {arguments.get('currency', '')}" if isinstance(amount, int) else ""
-    return f"{money.strip()} to {arguments.get('to_account', '')}".strip()
+    return f"{money.strip()} to {arguments['to_account']}".strip()
 
 
 def _upper(value: Any) -> Any:
@@ -108,6 +110,8 @@ DEMO_TOOLS: tuple[ToolDeclaration, ...] = (
         description="Revoke an access granted earlier.",
         arguments=RevokeAccessArgs,
         executor="sandbox.revoke_access",
+        # Compensations are admitted from a committed operation; the role words their label.
+        roles={"access": "resource"},
         idempotent=True,
         internal=True,
     ),
@@ -135,6 +139,7 @@ DEMO_TOOLS: tuple[ToolDeclaration, ...] = (
         description="Cancel a confirmed booking.",
         arguments=CancelBookingArgs,
         executor="sandbox.cancel_booking",
+        roles={"restaurant": "resource"},
         idempotent=True,
         internal=True,
     ),
@@ -163,6 +168,7 @@ DEMO_TOOLS: tuple[ToolDeclaration, ...] = (
         arguments=CheckAvailabilityArgs,
         executor="sandbox.availability",
         roles={"restaurant": "resource"},
+        label=_booking_label,
         idempotent=True,
         read_only=True,
         owner="agent",

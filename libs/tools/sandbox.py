@@ -216,6 +216,19 @@ class SandboxExecutor:
 
     async def lookup(self, call: OperationCall, *, timeout_s: float) -> Lookup:
         """Find the effect by reference (works even when the provider ignored the key)."""
+        found = await self._records(call, timeout_s=timeout_s)
+        if found is not None:
+            return found
+        if await self._in_flight(call, timeout_s=timeout_s):
+            # The key is claimed by a request the provider is still working on: it may yet
+            # commit, so "absent" would be a lie. Ask again later.
+            return Lookup("error", detail="a request under this key is still in flight")
+        # The request may have finished between the two questions: only a second look at
+        # the records, now that nothing is in flight, can say "absent".
+        return await self._records(call, timeout_s=timeout_s) or Lookup("absent")
+
+    async def _records(self, call: OperationCall, *, timeout_s: float) -> Lookup | None:
+        """The record this operation created (None: none yet; an error Lookup on failure)."""
         try:
             response = await self._client.get(
                 "/v1/lookup",
@@ -228,14 +241,7 @@ class SandboxExecutor:
         records = [
             r for r in response.json().get("records", []) if r.get("kind") == self._route.kind
         ]
-        if not records:
-            if await self._in_flight(call, timeout_s=timeout_s):
-                # The key is claimed by a request the provider is still working on: it may yet
-                # commit, so "absent" would be a lie. Ask again later.
-                return Lookup("error", detail="a request under this key is still in flight")
-            return Lookup("absent")
-        record = records[0]
-        return lookup_from_record(record)
+        return lookup_from_record(records[0]) if records else None
 
     async def _in_flight(self, call: OperationCall, *, timeout_s: float) -> bool:
         try:

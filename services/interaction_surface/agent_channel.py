@@ -264,6 +264,10 @@ class AgentChannel:
         for connection_id in others:
             if await self._alive(connection_id):
                 return  # the surface holding it pushes it (its watcher)
+        # Its surface died: record the loss first, so the policy stops deciding for an agent
+        # it believes attached, then give the closing back (`not_started` uses no retry).
+        for connection_id in others:
+            await self._record_gone(state.session_id, connection_id, "owner_lost")
         await self._not_said(state, "not_started: no agent connected")
 
     async def _push(self, state: DeliveryState, conn: AgentConnection) -> None:
@@ -347,16 +351,18 @@ class AgentChannel:
                 self.registry.detach(local)
                 await local.close(CLOSE_REPLACED, "replaced by a newer agent connection")
             await self.gone(session_id, connection_id, "replaced")
+        # Held (here and in the shared bucket) before anyone can see it attached, so another
+        # surface that picks a closing up finds it alive and leaves it to this one.
+        self.registry.attach(conn)
+        ownership = self._ownership()
+        if ownership is not None:
+            await ownership.claim(conn.connection_id)
         await self.surface.append_interaction(
             session_id,
             ChannelConnected(channel="agent", connection_id=conn.connection_id),
             expect=False,
             agent=session.agent if session else None,
         )
-        self.registry.attach(conn)
-        ownership = self._ownership()
-        if ownership is not None:
-            await ownership.claim(conn.connection_id)
         conn.watcher = asyncio.create_task(self._watch(conn))
 
     async def disconnect(self, conn: AgentConnection, reason: str = "closed") -> None:

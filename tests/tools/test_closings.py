@@ -44,3 +44,35 @@ def test_closings_use_each_tools_own_words(monkeypatch: pytest.MonkeyPatch) -> N
         "github",
         "refund of order ana-1",
     ]
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "label"),
+    [
+        ("provision_access", {"access": "github"}, "github"),
+        ("revoke_access", {"access_id": "a1", "access": "github"}, "github"),
+        (
+            "book_table",
+            {"restaurant": "casa", "date": "2026-12-24", "time": "21:00"},
+            "casa 2026-12-24 21:00",
+        ),
+        ("cancel_booking", {"booking_id": "b1", "restaurant": "casa"}, "casa"),
+        ("check_availability", {"restaurant": "casa", "date": "2026-12-24"}, "casa 2026-12-24"),
+        (
+            "transfer_money",
+            {
+                "to_account": "bob-main",
+                "amount_cents": 5000,
+                "currency": "EUR",
+                "from_account": "main",
+            },
+            "50.00 EUR to bob-main",
+        ),
+        # A rejected operation keeps no arguments: its tool's name.
+        ("transfer_money", {}, "transfer_money"),
+    ],
+)
+def test_the_demo_tools_declare_their_labels(
+    tool: str, arguments: dict[str, object], label: str
+) -> None:
+    assert default_registry().label(tool, arguments) == label
