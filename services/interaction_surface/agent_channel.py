@@ -82,6 +82,8 @@ _DROPPED = frozenset({DeliveryStatus.SUPPRESSED, DeliveryStatus.SUPERSEDED})
 # WebSocket close codes: 4000 + the HTTP status it stands for.
 CLOSE_REPLACED = 4409
 CLOSE_GONE = 4404
+# "Try again later": the client reconnects (and resumes) at once.
+CLOSE_RECONNECT = 1013
 
 
 class AckRefused(Exception):
@@ -400,6 +402,14 @@ class AgentChannel:
         # Several writers may notice the same loss (its socket, a newer connection, a sweep).
         await self._exec().append_interaction(env, f"agent-gone-{connection_id}")
 
+    def _gone_reason(self, session_id: str, connection_id: str) -> str | None:
+        found = self.view.log(session_id)
+        for entry in reversed(found.entries if found is not None else []):
+            event = entry.envelope.event
+            if isinstance(event, ChannelDisconnected) and event.connection_id == connection_id:
+                return event.reason
+        return None
+
     async def _retrying(self, step: Callable[[DeliveryState], Any], delivery_id: str) -> None:
         for _ in range(_RETRIES):
             state = self.view.deliveries.get(delivery_id)
@@ -421,7 +431,12 @@ class AgentChannel:
                 await conn.close(CLOSE_GONE, "the session is closed")
                 return
             if conn.connection_id not in session.connections:
-                await conn.close(CLOSE_REPLACED, "replaced by a newer agent connection")
+                # Replaced by a newer connection: that one serves the session. Recorded lost
+                # by another surface (this one looked dead): the agent should come back.
+                if self._gone_reason(session_id, conn.connection_id) == "replaced":
+                    await conn.close(CLOSE_REPLACED, "replaced by a newer agent connection")
+                else:
+                    await conn.close(CLOSE_RECONNECT, "reconnect: this connection was given up")
                 return
             for state in self.view.session_deliveries(session_id):
                 if state.handed_off:
