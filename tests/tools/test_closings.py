@@ -7,6 +7,7 @@ import pytest
 from libs.domain import OperationState, OpStatus
 from libs.tools import default_registry
 from services.batch_coordinator.domain import outcome_of, template_summary
+from services.interaction_surface.conversation import tool_spec
 from tests.tools.conftest import SECRET, TOOLS_FILE
 
 
@@ -76,3 +77,15 @@ def test_the_demo_tools_declare_their_labels(
     tool: str, arguments: dict[str, object], label: str
 ) -> None:
     assert default_registry().label(tool, arguments) == label
+
+
+def test_a_file_tool_is_offered_to_models_with_its_json_schema(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("HOLDLINE_TOOLS_FILE", str(TOOLS_FILE))
+    monkeypatch.setenv("DESK_WEBHOOK_SECRET", SECRET)
+    spec = tool_spec(default_registry().tool("refund_order"))
+    assert spec.cancellable
+    assert spec.parameters["required"] == ["order_id", "amount"]
+    assert spec.parameters["additionalProperties"] is False
+    assert spec.parameters["properties"]["amount"] == {"type": "integer", "minimum": 1}
