@@ -1,0 +1,1 @@
+"""Runnable examples; `tests/integrations` imports their scripted services."""
