@@ -13,9 +13,10 @@ the Twilio serializer (with holdline's mark-aware subclass), the context aggrega
 
 - STT: the Nth speech segment of a call is heard as the Nth line of `--script` ("mm-hm"
   past the end), so a test knows what the bot "understood".
-- LLM: "... access to A, B and C" → one `provision_access` call; a tool result → says its
-  output; a system message from holdline's facts (with `speak="model"`) → says the wording
-  offered there; anything else → stays silent (a caller talking over results gets no chatter).
+- LLM: "... access to A, B and C" → one `provision_access` call; a tool result → a short
+  spoken line that keeps to its output (started, or the refusal); a system message from
+  holdline's facts (with `speak="model"`) → the wording offered there; anything else →
+  silence (a caller talking over results gets no chatter).
 """
 
 from __future__ import annotations
@@ -152,7 +153,7 @@ class ScriptedLLMService(LLMService):
         role = last.get("role")
         await self.push_frame(LLMFullResponseStartFrame())
         if role == "tool":
-            await self._say(_tool_text(_content(last)))
+            await self._say(_spoken_acceptance(_tool_text(_content(last))))
         elif role in ("system", "developer") and (wording := _WORDING.search(_content(last))):
             await self._say(wording["text"])
         elif role == "user" and (names := resources(_content(last))):
@@ -168,6 +169,14 @@ class ScriptedLLMService(LLMService):
     async def _say(self, text: str) -> None:
         if text:
             await self.push_frame(LLMTextFrame(text))
+
+
+def _spoken_acceptance(output: str) -> str:
+    # holdline's output is written for a model (operation ids, instructions); a model turns
+    # it into a line for the ear. This one does it by rule, keeping to what the output says.
+    if output.startswith("Accepted"):
+        return "I have started on that. I will tell you when it is done."
+    return output.split(". ", 1)[0]
 
 
 def _tool_text(content: str) -> str:
@@ -226,6 +235,7 @@ async def run_call(websocket: WebSocket, hl: HoldlineClient, script: tuple[str, 
         pipeline,
         params=PipelineParams(audio_in_sample_rate=8000, audio_out_sample_rate=8000),
         idle_timeout_secs=None,
+        enable_rtvi=False,
     )
 
     @transport.event_handler("on_client_disconnected")
