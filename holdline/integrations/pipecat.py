@@ -238,13 +238,14 @@ class HoldlineProcessor(FrameProcessor):
             await self.broadcast_interruption()  # type: ignore[no-untyped-call]
         if self._speak == "model" and say.facts:
             outgoing.waiting_for_reply = True
-            # Upstream to the context aggregator; the LLM's reply comes back down through us.
+            # Downstream, behind any audio still queued, to the assistant aggregator: it
+            # appends the facts and runs the LLM once the bot is quiet; the reply comes back
+            # down through this processor, and its end is where the mark goes.
             await self.push_frame(
                 LLMMessagesAppendFrame(
                     messages=[{"role": "system", "content": facts_prompt(say.text, say.facts)}],
                     run_llm=True,
-                ),
-                FrameDirection.UPSTREAM,
+                )
             )
             return
         await self.push_frame(TTSSpeakFrame(text=say.text))
