@@ -31,8 +31,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# Close codes after which reconnecting cannot help: the session is gone or the token wrong.
-_FATAL_CLOSE = frozenset({4401, 4403, 4404})
+# Close codes after which reconnecting cannot help: the session is gone or the token wrong,
+# or a newer connection of the session replaced this one (the latest wins; fighting back
+# would make two agents take the channel from each other forever).
+_FATAL_CLOSE = frozenset({4401, 4403, 4404, 4409})
 # Acks after which the delivery is finished for the agent.
 _FINAL = frozenset({"spoken", "attached"})
 
@@ -66,6 +68,7 @@ class AgentStream:
         self._waiters: dict[tuple[str, str], asyncio.Future[AckResult]] = {}
         self._finished: dict[str, dict[str, Any]] = {}
         self._signals: dict[str, bool] = {}
+        self._buffered = 0
         self.connections = 0
         self.connection_id: str | None = None
 
@@ -112,6 +115,11 @@ class AgentStream:
         """Whether a connection is open right now."""
         return self._connected.is_set()
 
+    @property
+    def buffered(self) -> int:
+        """Deliveries received and not yet taken by the agent."""
+        return self._buffered
+
     async def wait_connected(self, timeout_s: float = 10.0) -> None:
         """Until a connection is open (after a reconnect, for instance)."""
         await asyncio.wait_for(self._connected.wait(), timeout_s)
@@ -127,6 +135,7 @@ class AgentStream:
             raise StopAsyncIteration
         if isinstance(item, BaseException):
             raise item
+        self._buffered -= 1
         return item
 
     async def next(self, timeout_s: float) -> DeliverySay:
@@ -260,6 +269,7 @@ class AgentStream:
             # Already said (or attached) here: the server lost our ack; repeat it, never the words.
             await ws.send(json.dumps(finished))
             return
+        self._buffered += 1
         await self._queue.put(say)
 
     def _on_acked(self, frame: dict[str, Any]) -> None:

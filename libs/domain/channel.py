@@ -82,9 +82,12 @@ class ChannelState:
 
     @property
     def kind(self) -> ChannelKind:
-        """Voice while a call is attached, else the kind of the last channel seen."""
-        if "voice" in self.connections.values():
+        """Voice while a call is attached, an agent's while its channel is, else the last seen."""
+        kinds = set(self.connections.values())
+        if "voice" in kinds:
             return "voice"
+        if "agent" in kinds:
+            return "agent"
         return "chat" if self.connections else self.last_kind
 
     @property

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from typing import Annotated, Any, Literal
+from typing import Any, Literal
 
 import msgspec
 from fastapi import APIRouter, Request, WebSocket
@@ -21,6 +21,16 @@ from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
 from starlette.websockets import WebSocketDisconnect
 
+from libs.agent_frames import (
+    CLIENT_FRAME,
+    AckedFrame,
+    AckStatus,
+    ErrorFrame,
+    HeardText,
+    HelloFrame,
+    Ref,
+    SignalFrame,
+)
 from libs.domain.delivery import WAITING_DECISIONS, DeliveryStatus
 from libs.problems import problem
 
@@ -39,9 +49,6 @@ from .tool_calls import (
 
 log = logging.getLogger(__name__)
 
-AckStatus = Literal["started", "spoken", "unheard", "attached"]
-Ref = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
-HeardText = Annotated[str, msgspec.Meta(max_length=4000)]
 
 
 class SignalsBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -58,31 +65,6 @@ class AckBody(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     heard_text: HeardText | None = None
     turn_id: Ref | None = None
 
-
-class SignalFrame(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type",
-    tag="signal",
-):
-    """`signal` on the agent WebSocket."""
-
-    user_speaking: bool | None = None
-    agent_speaking: bool | None = None
-
-
-class AckFrame(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type",
-    tag="delivery.ack",
-):
-    """`delivery.ack` on the agent WebSocket."""
-
-    delivery_id: Annotated[str, msgspec.Meta(min_length=1, max_length=128)]
-    status: AckStatus
-    heard_text: HeardText | None = None
-    turn_id: Ref | None = None
-
-
-ClientFrame = SignalFrame | AckFrame
-_FRAME = msgspec.json.Decoder(ClientFrame)
 
 AGENT_BODIES: dict[tuple[str, str], type[Any]] = {
     ("/v1/sessions/{session_id}/tool-calls", "post"): ToolCallsBody,
@@ -204,7 +186,11 @@ class AgentApi:
         ]
         return {
             "deliveries": [
-                {"delivery_id": d.delivery_id, "text": d.text, "facts": self.channel.facts(d)}
+                {
+                    "delivery_id": d.delivery_id,
+                    "text": d.text,
+                    "facts": msgspec.to_builtins(self.channel.facts(d)),
+                }
                 for d in found
             ],
             "context": pending_context([d.text for d in found]),
@@ -338,8 +324,9 @@ def _ws_route(router: APIRouter, api: AgentApi) -> None:
         conn = AgentConnection(session_id, new_id("agent"), websocket, after)
         await api.channel.connect(conn)
         try:
-            await conn.send({"type": "hello", "session_id": session_id,
-                             "connection_id": conn.connection_id, "after": after})
+            await conn.send(
+                HelloFrame(session_id=session_id, connection_id=conn.connection_id, after=after)
+            )
             await _serve(api, conn)
         finally:
             # Recorded even when the handler is cancelled (shutdown): nothing stays `sent`.
@@ -379,7 +366,7 @@ async def _frame(api: AgentApi, conn: AgentConnection, text: str) -> None:
         await _error(conn, 413, "frame_too_large", "the frame exceeds the body limit")
         return
     try:
-        frame = _FRAME.decode(text)
+        frame = CLIENT_FRAME.decode(text)
     except msgspec.ValidationError as exc:
         await _error(conn, 422, "invalid_frame", str(exc), **_ids(text))
         return
@@ -404,7 +391,7 @@ async def _frame(api: AgentApi, conn: AgentConnection, text: str) -> None:
         await _error(conn, exc.status, exc.code, exc.detail, delivery_id=frame.delivery_id,
                      ack_status=frame.status)
         return
-    await conn.send({"type": "delivery.acked", **answer})
+    await conn.send(AckedFrame(**answer))
 
 
 def _ids(text: str) -> dict[str, Any]:
@@ -422,4 +409,4 @@ def _ids(text: str) -> dict[str, Any]:
 
 
 async def _error(conn: AgentConnection, status: int, code: str, detail: str, **ids: Any) -> None:
-    await conn.send({"type": "error", "code": code, "status": status, "detail": detail, **ids})
+    await conn.send(ErrorFrame(code=code, status=status, detail=detail, **ids))

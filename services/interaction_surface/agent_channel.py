@@ -21,16 +21,19 @@ Rule 7 holds because only a `spoken` ack writes `delivery.spoken`. A delivery le
 connection that is gone (closed, replaced by a newer one of the session, or held by a surface
 that died: its key in the calls bucket expired) goes back to pending through
 `delivery.unheard` — `not_started` when the agent never said it began (requeued whole), else
-`agent_lost` (requeued short) — always after the connection's `channel.disconnected`, so the
+`cut` (requeued short) — always after the connection's `channel.disconnected`, so the
 policy never re-decides while it believes the agent attached. One agent connection per
 session: the latest attachment wins, as for calls.
+
+One module, past the usual size, because pushing, acknowledging and losing a connection
+all read and write the same per-delivery send record (`send_info`): split, that invariant
+would be spread over files.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,6 +43,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fastapi import WebSocket
 
 from libs import metrics
+from libs.agent_frames import DeliverySayFrame, Fact, ServerFrame, encode
 from libs.bus import ConcurrencyConflict
 from libs.domain import DeliveryState
 from libs.domain.delivery import OPEN, DeliveryStatus
@@ -106,13 +110,13 @@ class AgentConnection:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     watcher: asyncio.Task[None] | None = None
 
-    async def send(self, frame: dict[str, Any]) -> bool:
+    async def send(self, frame: ServerFrame) -> bool:
         """Write one frame; False once the socket is gone."""
         if self.closed:
             return False
         async with self.lock:
             try:
-                await self.websocket.send_text(json.dumps(frame))
+                await self.websocket.send_text(encode(frame))
             except Exception:  # noqa: BLE001 - any failure means the peer is gone
                 self.closed = True
                 return False
@@ -219,21 +223,20 @@ class AgentChannel:
         found = self.view.log(state.session_id)
         return send_info(found.entries if found is not None else [], state.delivery_id)
 
-    def facts(self, state: DeliveryState) -> list[dict[str, Any]]:
+    def facts(self, state: DeliveryState) -> list[Fact]:
         """What each operation of the closing came to, for the agent's own model."""
-        facts: list[dict[str, Any]] = []
+        facts: list[Fact] = []
         for operation_id in state.source_operation_ids:
             op = self.view.operations.get(operation_id)
-            if op is None:
-                continue
-            facts.append(
-                {
-                    "operation_id": operation_id,
-                    "tool": op.tool,
-                    "status": op.status.value,
-                    "summary": summary(op),
-                }
-            )
+            if op is not None:
+                facts.append(
+                    Fact(
+                        operation_id=operation_id,
+                        tool=op.tool,
+                        status=op.status.value,
+                        summary=summary(op),
+                    )
+                )
         return facts
 
     async def _alive(self, connection_id: str) -> bool:
@@ -281,16 +284,15 @@ class AgentChannel:
             metrics.DELIVERY_READY_TO_SENT.observe(
                 max((_now() - state.ready_at).total_seconds(), 0.0)
             )
-        frame = {
-            "type": "delivery.say",
-            "seq": seq,
-            "delivery_id": state.delivery_id,
-            "batch_id": state.batch_id,
-            "text": state.text,
-            "facts": self.facts(state),
-            "priority": "urgent" if state.priority == "urgent" else "normal",
-            "interrupt": interrupt,
-        }
+        frame = DeliverySayFrame(
+            seq=seq,
+            delivery_id=state.delivery_id,
+            batch_id=state.batch_id,
+            text=state.text,
+            facts=self.facts(state),
+            priority="urgent" if state.priority == "urgent" else "normal",
+            interrupt=interrupt,
+        )
         if not await conn.send(frame):
             current = self.view.deliveries.get(state.delivery_id)
             if current is not None and current.status is DeliveryStatus.SENT:
@@ -312,7 +314,9 @@ class AgentChannel:
         info = self._info(state)
         if info.started:
             await self._playback(state, heard=False)
-        code = reason or ("agent_lost" if info.started else "not_started: agent lost")
+        code = reason or (
+            "cut: agent connection lost" if info.started else "not_started: agent connection lost"
+        )
         await self._exec().append_delivery(state, DeliveryUnheard(played_ms=0, reason=code))
 
     async def orphaned(self, state: DeliveryState) -> None:

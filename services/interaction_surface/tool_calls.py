@@ -18,6 +18,9 @@ Confirmation arrives as a call of the built-in `confirm_operation` tool
 a model calls a tool more reliably than it repeats a magic phrase, and the operation id
 says exactly which request the user answered. `user_text` is recorded with the batch, never
 parsed.
+
+Past the usual module size because the request is all-or-nothing across validation,
+admission and the idempotency record: keeping the three together keeps that rule visible.
 """
 
 from __future__ import annotations
@@ -225,38 +228,60 @@ def prepare(body: ToolCallsBody, tools: Sequence[ToolDeclaration]) -> list[Prepa
 # --------------------------------------------------------------------------- outputs
 
 
-def _what(outcome: Outcome) -> str:
-    return f"{outcome.tool} (operation {outcome.operation_id})"
+def _what(outcome: Outcome, label: str = "") -> str:
+    about = f" for {label}" if label else ""
+    return f"{outcome.tool}{about} (operation {outcome.operation_id})"
 
 
-def output_line(outcome: Outcome) -> str:
+_UNDER_WAY = (
+    "Tell the user it is under way, not that it is done; holdline says when the result "
+    "is ready."
+)
+
+
+def output_line(outcome: Outcome, label: str = "") -> str:
     """What the model is told about one item: started, refused or waiting; never done."""
-    status = outcome.status
+    status, what = outcome.status, _what(outcome, label)
     if outcome.reason == ELSEWHERE:
         return (
-            f"Already in progress in another conversation of this user: {_what(outcome)}, "
-            f"{status}. No second request was made; its result is reported there."
+            f"Already in progress in another conversation of this user: {what}, {status}; "
+            "no second request was made and its result is reported there."
         )
     if outcome.existing:
-        return (
-            f"Already requested earlier: {_what(outcome)} is {status}. No second request "
-            "was made; holdline reports the result when there is one."
-        )
+        return f"Already requested earlier: {what} is {status}; no second request was made."
     if status == "rejected":
         reason = outcome.reason or "refused"
         detail = f": {outcome.detail}" if outcome.detail else ""
-        return f"Refused: {_what(outcome)} was not done ({reason}{detail})."
+        return f"Refused: {what} was not done ({reason}{detail})."
     if status == "awaiting_confirmation":
         prompt = outcome.prompt or f"Please confirm {outcome.tool}."
         return (
-            f"Needs the user's confirmation, nothing was done yet: {prompt} Ask the user; "
+            f"Needs the user's confirmation, nothing was done yet: {prompt} Ask the user, "
             f"then call {CONFIRM_TOOL} with operation_id={outcome.operation_id} and "
             "confirmed=true or false."
         )
-    return (
-        f"Accepted: {_what(outcome)} has started and is not finished. Tell the user it is "
-        "under way, not that it is done; holdline says when the result is ready."
+    return f"Accepted: {what} has started and is not finished."
+
+
+def output_text(outcomes: Sequence[Outcome], labels: Sequence[str]) -> str:
+    """One call's output: a line per item, and what to tell the user when work started."""
+    lines = [
+        output_line(o, labels[i] if i < len(labels) else "") for i, o in enumerate(outcomes)
+    ]
+    started = any(
+        not o.existing and o.status not in ("rejected", "awaiting_confirmation")
+        for o in outcomes
     )
+    return " ".join([*lines, _UNDER_WAY] if started else lines)
+
+
+def labels(call: Prepared) -> list[str]:
+    """What each item of a call is about, in the words of its arguments."""
+    declaration = call.declaration
+    if declaration is not None and declaration.batch_field:
+        return [str(item) for item in call.arguments.get(declaration.batch_field, [])]
+    shown = ", ".join(f"{k}={v}" for k, v in sorted(call.arguments.items()))
+    return [shown]
 
 
 def confirm_line(outcome: Outcome, accepted: bool) -> str:
@@ -267,10 +292,7 @@ def confirm_line(outcome: Outcome, accepted: bool) -> str:
         return f"Nothing to confirm: {outcome.reason}."
     if not accepted:
         return f"Declined: {_what(outcome)} will not be done."
-    return (
-        f"Confirmed: {_what(outcome)} has started and is not finished; holdline says when "
-        "the result is ready."
-    )
+    return f"Confirmed: {_what(outcome)} has started and is not finished. {_UNDER_WAY}"
 
 
 def _ref(o: Outcome) -> dict[str, Any]:
@@ -303,17 +325,17 @@ class ToolCalls:
         prepared = prepare(body, offered(self.registry, session.agent))
         kv = self._surface.runtime.bucket("turns")
         turn_id = new_id("turn")
-        pending = json.dumps({"state": "pending", "turn_id": turn_id}).encode()
+        pending = json.dumps(
+            {"state": "pending", "turn_id": turn_id, "at": time.time()}
+        ).encode()
         keys = [self._key(session.session_id, p.tool_call_id) for p in prepared]
         fresh: list[Prepared] = []
         repeats: dict[str, str] = {}
         for call, key in zip(prepared, keys, strict=True):
-            try:
-                await kv.create(key, pending)
-            except KeyWrongLastSequenceError:
-                repeats[call.tool_call_id] = key
-            else:
+            if await self._claim(kv, key, pending):
                 fresh.append(call)
+            else:
+                repeats[call.tool_call_id] = key
         answers: dict[str, dict[str, Any]] = {}
         batch_id: str | None = None
         if fresh:
@@ -349,6 +371,30 @@ class ToolCalls:
             "batch_id": batch_id,
             "results": [answers[p.tool_call_id] for p in prepared],
         }
+
+    async def _claim(self, kv: Any, key: str, pending: bytes) -> bool:
+        """Take the id for this request; a pending claim older than a turn's timeout was left
+        by a surface that died mid-request, and is taken over (admission's intent keys then
+        map its calls onto whatever it had already admitted)."""
+        try:
+            await kv.create(key, pending)
+        except KeyWrongLastSequenceError:
+            pass
+        else:
+            return True
+        try:
+            entry = await kv.get(key)
+        except KeyNotFoundError:
+            return await self._claim(kv, key, pending)
+        stored = json.loads(entry.value or b"{}")
+        age = time.time() - float(stored.get("at", time.time()))
+        if stored.get("state") != "pending" or age < self._surface.settings.turn_timeout_s:
+            return False
+        try:
+            await kv.update(key, pending, last=entry.revision)
+        except KeyWrongLastSequenceError:
+            return False
+        return True
 
     async def _stored(self, kv: Any, key: str) -> dict[str, Any]:
         deadline = time.monotonic() + self._surface.settings.turn_wait_s
@@ -423,7 +469,7 @@ class ToolCalls:
             mine, outcomes = outcomes[: call.items], outcomes[call.items :]
             answers[call.tool_call_id] = {
                 "tool_call_id": call.tool_call_id,
-                "output": " ".join(output_line(o) for o in mine),
+                "output": output_text(mine, labels(call)),
                 "operations": [_ref(o) for o in mine if o.operation_id],
             }
         return admitted.batch_id, answers
