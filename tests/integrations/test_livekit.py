@@ -81,8 +81,7 @@ async def test_a_handoff_keeps_session_owned_results_and_drops_agent_owned_ones(
 ) -> None:
     session = await hl.create_session(user_id=unique("lkh"), tenant_id="acme", agent="concierge")
     access, restaurant = unique("hubspot"), unique("casa")
-    for match in (access, restaurant):
-        await fault(stack, match=match, latency_ms=1500, times=1)
+    await fault(stack, match=access, latency_ms=1500, times=1)
     bridge = HoldlineLiveKit(session)
     concierge = Agent(instructions="You are the concierge.", tools=await bridge.tools())
     billing = Agent(instructions="You are billing.")
@@ -90,6 +89,9 @@ async def test_a_handoff_keeps_session_owned_results_and_drops_agent_owned_ones(
         await agent_session.start(concierge)
         await bridge.start(agent_session)
         try:
+            # The user is still talking (an availability read is quick): neither closing
+            # finds a moment before the handoff.
+            await session.signal(user_speaking=True)
             await agent_session.run(
                 user_input=f"give me access to {access} and check availability at "
                 f"{restaurant} on 2026-12-24"
@@ -98,6 +100,7 @@ async def test_a_handoff_keeps_session_owned_results_and_drops_agent_owned_ones(
             assert set(operations) == {"provision_access", "check_availability"}
             handed = await bridge.handoff(agent_session, billing, "billing")
             assert handed["agent"] == "billing"
+            await session.signal(user_speaking=False)
             kept = operations["provision_access"]["batch_id"]
             dropped = operations["check_availability"]["batch_id"]
 
@@ -112,6 +115,9 @@ async def test_a_handoff_keeps_session_owned_results_and_drops_agent_owned_ones(
             # agent-owned result (its closing would name the restaurant) never was.
             closing = await _closing_text(session, spoken["delivery_id"])
             assert history.count(closing) == 1, history
-            assert [t for t in history if restaurant in t] == []
+            # Besides that closing, only the acceptance was said (the model answered the
+            # turn's two calls with one line).
+            assert len(history) == 2, history
+            assert history[0].startswith("Accepted:")
         finally:
             await bridge.aclose()
