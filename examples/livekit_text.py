@@ -6,8 +6,8 @@ asks for an access, prints the acceptance the model gave at once, then waits for
 result, which the bridge says when the session is idle. The model is scripted (LiveKit's
 own `llm.LLM` base), so it runs offline: "access to A, B and C" becomes one
 `provision_access` call, "availability at R on D" a `check_availability` call, a tool
-result is said as it is, and instructions from holdline's facts are answered with the
-wording offered there.
+result is said as it is, and instructions carrying holdline's facts are answered in its own
+words ("Update: <summary> (<status>)").
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from holdline.integrations.livekit import HoldlineLiveKit
 
 _ACCESS = re.compile(r"access to (?P<names>[a-z0-9 ,_-]+?)(?: and check|$)", re.IGNORECASE)
 _AVAILABILITY = re.compile(r"availability at (?P<restaurant>[a-z0-9_-]+) on (?P<date>[0-9-]+)")
-_WORDING = re.compile(r"A correct wording is: (?P<text>.+)$", re.MULTILINE)
+_FACT = re.compile(r"^- (?P<tool>[a-z_]+) \((?P<status>[a-z_]+)\): (?P<summary>.+)$", re.MULTILINE)
 
 
 def calls_for(text: str) -> list[FunctionToolCall]:
@@ -96,11 +96,12 @@ def _answer(chat_ctx: ChatContext) -> ChoiceDelta:
         if calls := calls_for(text):
             return ChoiceDelta(role="assistant", tool_calls=calls)
         return ChoiceDelta(role="assistant", content=f"You said: {text}")
-    # generate_reply(instructions=...) puts the instructions in the system message
+    # generate_reply(instructions=...) over holdline's facts: phrase them in its own words
     for item in reversed(chat_ctx.items):
         is_instruction = isinstance(item, ChatMessage) and item.role in ("system", "developer")
-        if is_instruction and (found := _WORDING.search(item.text_content or "")):
-            return ChoiceDelta(role="assistant", content=found["text"])
+        if is_instruction and (facts := _FACT.findall(item.text_content or "")):
+            return ChoiceDelta(role="assistant", content="Update: " + "; ".join(
+                f"{summary} ({status})" for _, status, summary in facts))
     return ChoiceDelta(role="assistant", content="Okay.")
 
 

@@ -121,3 +121,28 @@ async def test_a_handoff_keeps_session_owned_results_and_drops_agent_owned_ones(
             assert history[0].startswith("Accepted:")
         finally:
             await bridge.aclose()
+
+
+async def test_with_speak_model_the_frameworks_model_phrases_the_facts(
+    stack: SurfaceStack, session: SessionClient
+) -> None:
+    name = unique("jira")
+    await fault(stack, match=name, latency_ms=800, times=1)
+    bridge = HoldlineLiveKit(session, speak="model")
+    agent = Agent(instructions="You grant accesses.", tools=await bridge.tools())
+    async with AgentSession(llm=ScriptedLLM()) as agent_session:
+        await agent_session.start(agent)
+        await bridge.start(agent_session)
+        try:
+            await agent_session.run(user_input=f"give me access to {name}")
+            batch = (await session.snapshot())["operations"][0]["batch_id"]
+            await eventually(lambda: final_of(session, batch, "spoken"), timeout_s=30)
+        finally:
+            await bridge.aclose()
+        history = said(agent_session)
+    # The closing came from LiveKit's model over holdline's facts, not holdline's template.
+    phrased = [text for text in history if text.startswith("Update: ")]
+    assert len(phrased) == 1, history
+    assert name in phrased[0]
+    assert "(committed)" in phrased[0]
+    assert await effects(stack, name) == 1
