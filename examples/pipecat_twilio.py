@@ -14,8 +14,8 @@ the Twilio serializer (with holdline's mark-aware subclass), the context aggrega
 - STT: the Nth speech segment of a call is heard as the Nth line of `--script` ("mm-hm"
   past the end), so a test knows what the bot "understood".
 - LLM: "... access to A, B and C" → one `provision_access` call; a tool result → a short
-  spoken line that keeps to its output (started, or the refusal); a system message from
-  holdline's facts (with `speak="model"`) → the wording offered there; anything else →
+  spoken line that keeps to its output (started, or the refusal); a system message with
+  holdline's facts (`--speak model`) → "Update: <summary> (<status>)"; anything else →
   silence (a caller talking over results gets no chatter).
 """
 
@@ -68,11 +68,11 @@ from pipecat.utils.time import time_now_iso8601
 from pipecat.workers.runner import WorkerRunner
 
 from holdline.client import HoldlineClient, SessionClient
-from holdline.integrations.pipecat import HoldlineProcessor, HoldlineTwilioSerializer
+from holdline.integrations.pipecat import HoldlineProcessor, HoldlineTwilioSerializer, SpeakMode
 
 DEFAULT_SCRIPT = ("give me access to notion and gitlab",)
 _REQUEST = re.compile(r"access to (?P<names>[a-z0-9 ,_-]+)", re.IGNORECASE)
-_WORDING = re.compile(r"A correct wording is: (?P<text>.+)$", re.MULTILINE)
+_FACT = re.compile(r"^- (?P<tool>[a-z_]+) \((?P<status>[a-z_]+)\): (?P<summary>.+)$", re.MULTILINE)
 
 
 def resources(text: str) -> list[str]:
@@ -154,8 +154,9 @@ class ScriptedLLMService(LLMService):
         await self.push_frame(LLMFullResponseStartFrame())
         if role == "tool":
             await self._say(_spoken_acceptance(_tool_text(_content(last))))
-        elif role in ("system", "developer") and (wording := _WORDING.search(_content(last))):
-            await self._say(wording["text"])
+        elif role in ("system", "developer") and (facts := _FACT.findall(_content(last))):
+            # holdline's facts (speak="model"): phrased in this model's own words
+            await self._say("Update: " + "; ".join(f"{s} ({st})" for _, st, s in facts))
         elif role == "user" and (names := resources(_content(last))):
             call = FunctionCallFromLLM(
                 function_name="provision_access",
@@ -197,7 +198,9 @@ async def _session_for(hl: HoldlineClient, params: dict[str, Any]) -> SessionCli
     )
 
 
-async def run_call(websocket: WebSocket, hl: HoldlineClient, script: tuple[str, ...]) -> None:
+async def run_call(
+    websocket: WebSocket, hl: HoldlineClient, script: tuple[str, ...], speak: SpeakMode = "text"
+) -> None:
     """One call: a pipeline from the Twilio socket to holdline and back, until hang-up."""
     _, call = await parse_telephony_websocket(websocket)
     serializer = HoldlineTwilioSerializer(
@@ -213,7 +216,7 @@ async def run_call(websocket: WebSocket, hl: HoldlineClient, script: tuple[str, 
         ),
     )
     session = await _session_for(hl, dict(call.get("body") or {}))
-    holdline = HoldlineProcessor(session, serializer=serializer)
+    holdline = HoldlineProcessor(session, serializer=serializer, speak=speak)
     llm = ScriptedLLMService()
     tools = await holdline.register_tools(llm)
     context = LLMContext([{"role": "system", "content": "You are a helpful phone agent."}],
@@ -247,7 +250,9 @@ async def run_call(websocket: WebSocket, hl: HoldlineClient, script: tuple[str, 
     await runner.run()
 
 
-def create_app(holdline_url: str, script: tuple[str, ...] = DEFAULT_SCRIPT) -> FastAPI:
+def create_app(
+    holdline_url: str, script: tuple[str, ...] = DEFAULT_SCRIPT, speak: SpeakMode = "text"
+) -> FastAPI:
     """The bot's web app: one Twilio stream endpoint and a health check."""
     app = FastAPI()
 
@@ -259,7 +264,7 @@ def create_app(holdline_url: str, script: tuple[str, ...] = DEFAULT_SCRIPT) -> F
     async def twilio(websocket: WebSocket) -> None:
         await websocket.accept()
         async with HoldlineClient(holdline_url, api_key=os.environ.get("HOLDLINE_API_KEY")) as hl:
-            await run_call(websocket, hl, script)
+            await run_call(websocket, hl, script, speak)
 
     return app
 
@@ -271,8 +276,10 @@ def main() -> None:
     parser.add_argument("--holdline", default="http://127.0.0.1:8080", help="holdline's surface")
     parser.add_argument("--script", default="|".join(DEFAULT_SCRIPT),
                         help="what the caller's segments are heard as, '|'-separated")
+    parser.add_argument("--speak", choices=("text", "model"), default="text",
+                        help="say holdline's closing, or let the bot's model phrase the facts")
     args = parser.parse_args()
-    app = create_app(args.holdline, tuple(args.script.split("|")))
+    app = create_app(args.holdline, tuple(args.script.split("|")), args.speak)
     uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning")
 
 

@@ -74,7 +74,7 @@ from ._common import (
     tool_specs,
 )
 
-__all__ = ["HoldlineProcessor", "HoldlineTwilioSerializer"]
+__all__ = ["HoldlineProcessor", "HoldlineTwilioSerializer", "SpeakMode"]
 
 # espeak-ng's default rate (175 wpm) and most neural voices sit near this.
 DEFAULT_WORDS_PER_SECOND = 2.7
@@ -205,7 +205,11 @@ class HoldlineProcessor(FrameProcessor):
         elif isinstance(frame, InputTransportMessageFrame):
             await self._on_transport_message(frame.message)
         elif isinstance(frame, LLMFullResponseEndFrame) and direction == FrameDirection.DOWNSTREAM:
+            # The end goes first: it flushes the TTS's text aggregation, so the mark that
+            # follows is queued behind the reply's audio, not ahead of it.
+            await self.push_frame(frame, direction)
             await self._after_model_reply()
+            return
         await self.push_frame(frame, direction)
 
     async def _shutdown(self) -> None:
@@ -276,7 +280,9 @@ class HoldlineProcessor(FrameProcessor):
         outgoing = self._current
         name = (message.get("mark") or {}).get("name")
         if outgoing is not None and name == outgoing.say.delivery_id:
-            await self._finish(spoken=True)
+            # A mark back before any of the delivery's audio played means nothing was heard
+            # (no audio came out): unheard, so holdline decides again instead of waiting.
+            await self._finish(spoken=outgoing.started_at is not None)
 
     async def _finish(self, *, spoken: bool) -> None:
         outgoing = self._current

@@ -36,6 +36,7 @@ class Bot:
     holdline_url: str
     script: str
     log_path: Path
+    speak: str = "text"
     port: int = 0
     proc: subprocess.Popen[bytes] | None = None
 
@@ -48,7 +49,7 @@ class Bot:
         """Start and wait until it answers."""
         self.port = free_port()
         argv = [sys.executable, str(BOT), "--port", str(self.port),
-                "--holdline", self.holdline_url, "--script", self.script]
+                "--holdline", self.holdline_url, "--script", self.script, "--speak", self.speak]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + timeout_s
@@ -69,9 +70,11 @@ class Bot:
 
 
 @contextlib.contextmanager
-def running_bot(stack: SurfaceStack, script: str, logs: Path) -> Iterator[Bot]:
+def running_bot(
+    stack: SurfaceStack, script: str, logs: Path, speak: str = "text"
+) -> Iterator[Bot]:
     """A started bot, killed on exit."""
-    bot = Bot(stack.url, script, logs / f"bot-{uuid_tail()}.log")
+    bot = Bot(stack.url, script, logs / f"bot-{uuid_tail()}.log", speak)
     bot.start()
     try:
         yield bot
@@ -253,4 +256,26 @@ async def test_the_bot_dies_mid_batch_and_a_new_call_hears_the_closing_once(
     snapshot = await session.snapshot()
     assert len([m for m in snapshot["messages"]
                 if m.get("delivery_id") == spoken["delivery_id"]]) == 1
+    assert await ledger_per_resource(stack, names) == [1, 1]
+
+
+async def test_with_speak_model_the_bots_own_model_phrases_the_closing(
+    stack: SurfaceStack, session: SessionClient, names: tuple[str, str], logs: Path
+) -> None:
+    for name in names:
+        await fault(stack, match=name, latency_ms=800, times=1)
+    script = f"give me access to {names[0]} and {names[1]}"
+    with running_bot(stack, script, logs, speak="model") as bot:
+        phone = await dial(bot, session)
+        try:
+            await phone.talk(await speech(script))
+            spoken = await eventually(lambda: with_status(session, "spoken"), timeout_s=40)
+        finally:
+            await phone.hang_up()
+        log = bot.log_path.read_text(errors="replace")
+    # The bot's LLM spoke its own wording of holdline's facts (the TTS logs what it said),
+    # and its audio's mark came back: the closing was heard.
+    assert "Generating TTS [Update: " in log
+    assert "All done" not in log
+    assert len(heard(phone, spoken["delivery_id"])) == 1
     assert await ledger_per_resource(stack, names) == [1, 1]
