@@ -10,7 +10,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from holdline.client import DeliverySay, Fact, HoldlineError, PendingDelivery, SessionClient
+from holdline.client import Fact, HoldlineError, PendingDelivery, SessionClient
 
 log = logging.getLogger("holdline.integrations")
 
@@ -127,5 +127,3 @@ class SignalPump(Outbox):
             self._last.update(changed)
             self.put(lambda: self._session.signal(**changed))
 
-
-DeliveryHandler = Callable[[DeliverySay], Awaitable[None]]
