@@ -14,7 +14,9 @@ batch), and every session keeps its agent WebSocket open and acknowledges each c
   `operation.committed` (the worker's clock) to the moment the agent read the frame (same
   machine, same clock), read back from the session timelines after the run.
 
-Results go to `bench/results/agent_api.json`.
+Each run also reports where a request's time went inside the surface (mean per phase of
+`holdline_turn_phase_seconds`, the surface run with `HOLDLINE_TURN_PHASES=1`; `turn_handled`
+is the whole request). Results go to `bench/results/agent_api.json`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from bench.acceptance import _phases, _scrape
 from bench.common import machine, percentiles_ms
 from holdline.client import AgentStream, HoldlineClient, SessionClient, ToolCall
 from tests.support.processes import Broker
@@ -118,9 +123,10 @@ async def _run(
     jitter: float = 0.0, rng: random.Random | None = None,
 ) -> dict[str, Any]:
     rng = rng or random.Random(0)  # noqa: S311 - jitter of a load generator, not a secret
-    async with HoldlineClient(url, timeout_s=60.0) as hl:
+    async with HoldlineClient(url, timeout_s=60.0) as hl, httpx.AsyncClient(base_url=url) as raw:
         agents = await _agents(hl, sessions)
         latencies: list[float] = []
+        before = await _scrape(raw)
         started = time.perf_counter()
 
         async def drive(agent: Agent) -> None:
@@ -141,6 +147,8 @@ async def _run(
 
         await asyncio.gather(*(drive(a) for a in agents))
         elapsed = time.perf_counter() - started
+        # Where a request's time went inside the surface (HOLDLINE_TURN_PHASES=1).
+        phases = _phases(before, await _scrape(raw), len(latencies))
         for agent in agents:
             await agent.drained(30.0)
         gaps = [g for agent in agents for g in await agent.commit_to_say()]
@@ -157,6 +165,7 @@ async def _run(
         "commit_to_say": percentiles_ms(gaps),
         "closings_received": received,
         "closings_expected": expected,
+        "surface_phases": phases,
         **({"period_s": period} if mode == "paced" else {}),
     }
 
@@ -180,7 +189,7 @@ def main() -> None:
         stack = SurfaceStack(
             nats_url=broker.url, prefix=f"bench{uuid.uuid4().hex[:6]}", logs=root,
             env={"HOLDLINE_LOG_LEVEL": "WARNING", "HOLDLINE_DELIVERY_WINDOW_MS": "30000"},
-            surface_env={"HOLDLINE_RATE_SESSION": "1000/1000"},
+            surface_env={"HOLDLINE_RATE_SESSION": "1000/1000", "HOLDLINE_TURN_PHASES": "1"},
         )
         try:
             stack.start()

@@ -200,8 +200,12 @@ class AgentStream:
                     await self._read(ws)
             except InvalidStatus as exc:
                 status = exc.response.status_code
-                if status in (401, 403, 404):
-                    await self._fail(HoldlineError(status, "refused", "agent stream refused"))
+                if 400 <= status < 500 and status != 429:
+                    # The request itself is wrong (token, session, `after`): retrying won't help.
+                    body = exc.response.body or b""
+                    await self._fail(HoldlineError(
+                        status, "refused", "agent stream refused", body.decode(errors="replace")
+                    ))
                     return
             except ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else 1006

@@ -322,8 +322,8 @@ def _ws_route(router: APIRouter, api: AgentApi) -> None:
             return
         await websocket.accept()
         conn = AgentConnection(session_id, new_id("agent"), websocket, after)
-        await api.channel.connect(conn)
         try:
+            await api.channel.connect(conn)
             await conn.send(
                 HelloFrame(session_id=session_id, connection_id=conn.connection_id, after=after)
             )

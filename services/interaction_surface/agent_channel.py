@@ -323,10 +323,11 @@ class AgentChannel:
         """Sent on an agent connection: settle it once that connection is gone everywhere."""
         info = self._info(state)
         connection_id = info.connection_id
-        if connection_id is not None and await self._alive(connection_id):
+        if connection_id is None:
+            return  # taken over HTTP with no connection: that agent owes its spoken/unheard
+        if await self._alive(connection_id):
             return
-        if connection_id is not None:
-            await self._record_gone(state.session_id, connection_id, "owner_lost")
+        await self._record_gone(state.session_id, connection_id, "owner_lost")
         current = self.view.deliveries.get(state.delivery_id)
         if current is not None and current.status is DeliveryStatus.SENT:
             await self._settle(current)
@@ -499,7 +500,11 @@ class AgentChannel:
             return
         if state.status in OPEN:
             # The agent says it is speaking a delivery it was not (or no longer) pushed:
-            # its word is the playback truth, so it is sent to it first.
+            # its word is the playback truth, so it is sent to it first (to its live
+            # connection when the ack came over HTTP, so losing that settles it too).
+            held = self.registry.get(state.session_id)
+            if connection_id is None and held is not None:
+                connection_id = held.connection_id
             sent = DeliverySent(mode="proactive", channel="agent", connection_id=connection_id)
             await self._exec().append_delivery(state, sent)
             state = self.view.deliveries.get(state.delivery_id) or state

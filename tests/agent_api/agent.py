@@ -25,7 +25,8 @@ def emit(**fields: object) -> None:
 
 async def main(url: str, session_id: str, token: str, mode: str, after: int | None) -> None:
     """Serve the session's agent channel until killed."""
-    clean = not any(name.split(".")[0] in {"libs", "services"} for name in sys.modules)
+    server = {"libs", "services", "nats", "fastapi", "starlette", "uvicorn", "pydantic"}
+    clean = not any(name.split(".")[0] in server for name in sys.modules)
     async with HoldlineClient(url) as hl:
         session = hl.session(session_id, token)
         async with session.agent_stream(after=after) as stream:

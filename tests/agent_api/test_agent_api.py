@@ -117,8 +117,9 @@ async def test_a_repeated_tool_call_id_returns_the_same_answer(hl: HoldlineClien
     s = await session(hl)
     call = ToolCall(tool_call_id="call_same", name="provision_access",
                     arguments={"accesses": [unique("vault")]})
-    first = await s.tool_calls([call])
-    again = await s.tool_calls([call])
+    first = await s.tool_calls([call], turn_id="model-turn-7", response_id="resp-7")
+    assert first.turn_id == "model-turn-7"
+    again = await s.tool_calls([call], turn_id="model-turn-8")
     assert again == first
     other = ToolCall(tool_call_id="call_new", name="provision_access",
                      arguments={"accesses": [unique("okta")]})
