@@ -140,6 +140,9 @@ class HoldlineProcessor(FrameProcessor):
         self._deliveries: asyncio.Task[None] | None = None
         self._current: _Outgoing | None = None
         self._last_user_text: str | None = None
+        # Set while the caller is not talking, as Pipecat's own turn frames say.
+        self._user_quiet = asyncio.Event()
+        self._user_quiet.set()
         self._stream: AgentStream | None = None
 
     @property
@@ -188,8 +191,10 @@ class HoldlineProcessor(FrameProcessor):
         if isinstance(frame, (EndFrame, CancelFrame)):
             await self._shutdown()
         elif isinstance(frame, UserStartedSpeakingFrame):
+            self._user_quiet.clear()
             self._signals.send(user_speaking=True)
         elif isinstance(frame, UserStoppedSpeakingFrame):
+            self._user_quiet.set()
             self._signals.send(user_speaking=False)
         elif isinstance(frame, TranscriptionFrame):
             self._last_user_text = frame.text
@@ -229,6 +234,12 @@ class HoldlineProcessor(FrameProcessor):
         async with self._session.agent_stream(after=self._after) as stream:
             self._stream = stream
             async for say in stream:
+                if not say.interrupt:
+                    # holdline chose the moment from signals that may be a few hundred ms
+                    # old; the pipeline's own turn frames are fresher. A say that lands while
+                    # the caller talks waits for the end of that turn instead of being pushed
+                    # into their speech (and cut at once).
+                    await self._user_quiet.wait()
                 outgoing = _Outgoing(say, say.text, time.monotonic(), done=asyncio.Event())
                 self._current = outgoing
                 await self._say(outgoing)
