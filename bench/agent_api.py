@@ -12,7 +12,8 @@ batch), and every session keeps its agent WebSocket open and acknowledges each c
 - closed loop: N sessions back to back, to show capacity.
 - commit → say: for every closing received, from the `occurred_at` of the batch's last
   `operation.committed` (the worker's clock) to the moment the agent read the frame (same
-  machine, same clock), read back from the session timelines after the run.
+  machine, same clock), read back from the session timelines after the run; and from its
+  `delivery.sent` (the surface's own part: append, view, frame) to the same moment.
 
 Each run also reports where a request's time went inside the surface (mean per phase of
 `holdline_turn_phase_seconds`, the surface run with `HOLDLINE_TURN_PHASES=1`; `turn_handled`
@@ -91,9 +92,16 @@ class Agent:
         if self.stream is not None:
             await self.stream.aclose()
 
-    async def commit_to_say(self) -> list[float]:
-        """Seconds from each batch's last commit to the agent reading its closing."""
+    async def commit_to_say(self) -> tuple[list[float], list[float]]:
+        """Seconds from each batch's last commit, and from its `delivery.sent` (the surface's
+        own part), to the agent reading its closing."""
         timeline = (await self.session.timeline())["events"]
+        sent: dict[str, float] = {}
+        for event in timeline:
+            if event["type"] == "delivery.sent" and event.get("delivery_id") in self.received:
+                at = datetime.fromisoformat(event["occurred_at"]).timestamp()
+                sent[event["delivery_id"]] = at
+        pushes = [self.received[d] - at for d, at in sent.items()]
         last_commit: dict[str, float] = {}
         for event in timeline:
             if event["type"] == "operation.committed" and event.get("batch_id"):
@@ -105,7 +113,7 @@ class Agent:
                 committed = last_commit.get(event.get("batch_id", ""))
                 if committed is not None:
                     gaps.append(self.received[event["delivery_id"]] - committed)
-        return gaps
+        return gaps, pushes
 
 
 async def _agents(hl: HoldlineClient, n: int) -> list[Agent]:
@@ -151,7 +159,9 @@ async def _run(
         phases = _phases(before, await _scrape(raw), len(latencies))
         for agent in agents:
             await agent.drained(30.0)
-        gaps = [g for agent in agents for g in await agent.commit_to_say()]
+        measured = [await agent.commit_to_say() for agent in agents]
+        gaps = [g for found, _ in measured for g in found]
+        pushes = [p for _, found in measured for p in found]
         received = sum(len(a.received) for a in agents)
         expected = sum(a.expected for a in agents)
         for agent in agents:
@@ -163,6 +173,7 @@ async def _run(
         "requests_per_s": round(len(latencies) / elapsed, 1),
         "tool_call": percentiles_ms(latencies),
         "commit_to_say": percentiles_ms(gaps),
+        "sent_to_say": percentiles_ms(pushes),
         "closings_received": received,
         "closings_expected": expected,
         "surface_phases": phases,

@@ -302,7 +302,6 @@ def _write_routes(router: APIRouter, api: AgentApi) -> None:
         return JSONResponse(answer)
 
 
-
 def _ws_route(router: APIRouter, api: AgentApi) -> None:
     surface = api.surface
 
