@@ -67,6 +67,9 @@ class HoldlineLiveKit:
         self._task: asyncio.Task[None] | None = None
         self._stream: AgentStream | None = None
         self._agent_session: AgentSession[Any] | None = None
+        # Set while LiveKit does not hear the user talking.
+        self._user_quiet = asyncio.Event()
+        self._user_quiet.set()
 
     async def tools(self) -> list[RawFunctionTool[Any, Any]]:
         """The active holdline agent's tools as LiveKit function tools."""
@@ -130,7 +133,12 @@ class HoldlineLiveKit:
         return answer
 
     def _on_user_state(self, event: UserStateChangedEvent) -> None:
-        self._signals.send(user_speaking=event.new_state == "speaking")
+        speaking = event.new_state == "speaking"
+        if speaking:
+            self._user_quiet.clear()
+        else:
+            self._user_quiet.set()
+        self._signals.send(user_speaking=speaking)
 
     def _on_agent_state(self, event: AgentStateChangedEvent) -> None:
         self._signals.send(agent_speaking=event.new_state == "speaking")
@@ -145,7 +153,10 @@ class HoldlineLiveKit:
     async def _say(self, say: DeliverySay) -> None:
         agent_session = self._agent_session
         assert agent_session is not None
-        # holdline chose the moment; LiveKit's own queue decides the instant it is free.
+        # holdline chose the moment from signals that may be slightly old; LiveKit's own
+        # view is fresher: not over the user (unless urgent), and when its queue is free.
+        if not say.interrupt:
+            await self._user_quiet.wait()
         await agent_session.wait_for_idle()
         if say.interrupt:
             await agent_session.interrupt()

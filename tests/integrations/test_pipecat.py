@@ -75,8 +75,8 @@ def running_bot(
 ) -> Iterator[Bot]:
     """A started bot, killed on exit."""
     bot = Bot(stack.url, script, logs / f"bot-{uuid_tail()}.log", speak)
-    bot.start()
     try:
+        bot.start()
         yield bot
     finally:
         bot.kill9()
