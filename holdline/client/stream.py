@@ -195,8 +195,6 @@ class AgentStream:
             try:
                 async with connect(self._url(), proxy=None, open_timeout=5) as ws:
                     await self._opened(ws)
-                    delay = self._backoff_s
-                    down_since = None
                     await self._read(ws)
             except InvalidStatus as exc:
                 status = exc.response.status_code
@@ -216,6 +214,10 @@ class AgentStream:
             except (OSError, WebSocketException, TimeoutError) as exc:
                 log.debug("agent stream: %r; reconnecting", exc)
             finally:
+                if self._connected.is_set():
+                    # It was up (the server said hello): the next outage starts from scratch.
+                    delay = self._backoff_s
+                    down_since = None
                 self._ws = None
                 self._connected.clear()
             if self._stopped():
