@@ -27,6 +27,7 @@ from livekit.agents.types import (
     APIConnectOptions,
     NotGivenOr,
 )
+from livekit.agents.voice.run_result import RunResult
 
 from holdline.client import HoldlineClient
 from holdline.integrations.livekit import HoldlineLiveKit
@@ -54,7 +55,7 @@ def _call(name: str, arguments: dict[str, Any]) -> FunctionToolCall:
     )
 
 
-class ScriptedLLM(llm.LLM):
+class ScriptedLLM(llm.LLM[None]):
     """A deterministic model. `reply_delay_s` holds each text reply back that long (a slow
     model keeps the session busy, which is what a test of "said when idle" needs)."""
 
@@ -98,8 +99,9 @@ def _answer(chat_ctx: ChatContext) -> ChoiceDelta:
         return ChoiceDelta(role="assistant", content=f"You said: {text}")
     # generate_reply(instructions=...) over holdline's facts: phrase them in its own words
     for item in reversed(chat_ctx.items):
-        is_instruction = isinstance(item, ChatMessage) and item.role in ("system", "developer")
-        if is_instruction and (facts := _FACT.findall(item.text_content or "")):
+        if not isinstance(item, ChatMessage) or item.role not in ("system", "developer"):
+            continue
+        if facts := _FACT.findall(item.text_content or ""):
             return ChoiceDelta(role="assistant", content="Update: " + "; ".join(
                 f"{summary} ({status})" for _, status, summary in facts))
     return ChoiceDelta(role="assistant", content="Okay.")
@@ -110,13 +112,16 @@ async def main(holdline_url: str, resource: str) -> None:
     async with HoldlineClient(holdline_url) as hl:
         session = await hl.create_session(user_id=f"lk-{uuid.uuid4().hex[:6]}")
         bridge = HoldlineLiveKit(session)
-        agent = Agent(instructions="You help with accesses.", tools=await bridge.tools())
+        tools: list[llm.Tool | llm.Toolset] = [*await bridge.tools()]
+        agent = Agent(instructions="You help with accesses.", tools=tools)
         async with AgentSession(llm=ScriptedLLM()) as agent_session:
             await agent_session.start(agent)
             await bridge.start(agent_session)
-            result = await agent_session.run(user_input=f"give me access to {resource}")
+            result: RunResult[Any] = await agent_session.run(
+                user_input=f"give me access to {resource}"
+            )
             for event in result.events:
-                if event.type == "message":
+                if event.type == "message" and isinstance(event.item, ChatMessage):
                     print("agent:", event.item.text_content)
             closing = None
             for _ in range(300):

@@ -119,8 +119,9 @@ async def main(holdline_url: str, resource: str) -> None:
     async with HoldlineClient(holdline_url) as hl:
         session = await hl.create_session(user_id=f"oa-{uuid.uuid4().hex[:6]}")
         bridge = HoldlineAgents(session)
+        tools: list[Tool] = [*await bridge.tools()]
         agent = Agent(name="assistant", instructions="You grant accesses.",
-                      tools=await bridge.tools(), model=ScriptedModel())
+                      tools=tools, model=ScriptedModel())
         first = await bridge.run(agent, f"give me access to {resource}")
         print("agent:", first.final_output)
         await bridge.typing(True)

@@ -27,7 +27,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
 import uvicorn
@@ -127,7 +127,7 @@ class ScriptedSTTService(SegmentedSTTService):
         yield TranscriptionFrame(text=text, user_id="caller", timestamp=time_now_iso8601())
 
 
-def _content(message: dict[str, Any]) -> str:
+def _content(message: Mapping[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, list):
         return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
@@ -241,7 +241,7 @@ async def run_call(
         enable_rtvi=False,
     )
 
-    @transport.event_handler("on_client_disconnected")
+    @transport.event_handler("on_client_disconnected")  # type: ignore[untyped-decorator]  # pipecat leaves it unannotated
     async def _hung_up(_transport: Any, _client: Any) -> None:
         await worker.cancel()
 
