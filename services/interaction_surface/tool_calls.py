@@ -41,9 +41,10 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from libs import metrics
 from libs.admission import ELSEWHERE, Admission, Outcome, ToolCall, TurnContext
+from libs.admission.rules import check_item
 from libs.domain import SessionState
 from libs.events import ToolCallsReceived
-from libs.tools import ToolDeclaration, ToolRegistry
+from libs.tools import Caller, ToolDeclaration, ToolRegistry
 
 from .auth import new_id
 from .conversation import tool_spec
@@ -175,31 +176,45 @@ def _arguments(call: CallIn) -> dict[str, Any]:
     return parsed
 
 
-def _check_schema(call_id: str, declaration: ToolDeclaration, args: dict[str, Any]) -> int:
+def _check_item(
+    call_id: str, declaration: ToolDeclaration, item: dict[str, Any], caller: Caller
+) -> None:
+    """Refuse what can never be admitted; leave authorisation to admission, which records it.
+
+    The same order as admission (authorise, normalise, validate): a caller's own
+    tenant-qualified resource ("acme/github") fits the schema only once it is stripped.
+    """
+    checked = check_item(declaration, item, caller)
+    if isinstance(checked, tuple) and checked[0] == "invalid_arguments":
+        raise BadCalls(f"{call_id}: arguments do not match {declaration.name}: {checked[1]}")
+
+
+def _check_schema(
+    call_id: str, declaration: ToolDeclaration, args: dict[str, Any], caller: Caller
+) -> int:
     """Validate against the published schema; the number of batch items."""
-    try:
-        if declaration.batch_field and declaration.item_field:
-            extra = set(args) - {declaration.batch_field}
-            if extra:
-                raise BadCalls(
-                    f"{call_id}: {declaration.name} has no argument {', '.join(sorted(extra))}"
-                )
-            items = args.get(declaration.batch_field)
-            if not isinstance(items, list) or not 1 <= len(items) <= declaration.max_batch:
-                raise BadCalls(
-                    f"{call_id}: {declaration.batch_field} must be a list of 1 to "
-                    f"{declaration.max_batch} items"
-                )
-            for item in items:
-                msgspec.convert({declaration.item_field: item}, declaration.arguments)
-            return len(items)
-        msgspec.convert(args, declaration.arguments)
-    except msgspec.ValidationError as exc:
-        raise BadCalls(f"{call_id}: arguments do not match {declaration.name}: {exc}") from None
+    if declaration.batch_field and declaration.item_field:
+        extra = set(args) - {declaration.batch_field}
+        if extra:
+            raise BadCalls(
+                f"{call_id}: {declaration.name} has no argument {', '.join(sorted(extra))}"
+            )
+        items = args.get(declaration.batch_field)
+        if not isinstance(items, list) or not 1 <= len(items) <= declaration.max_batch:
+            raise BadCalls(
+                f"{call_id}: {declaration.batch_field} must be a list of 1 to "
+                f"{declaration.max_batch} items"
+            )
+        for item in items:
+            _check_item(call_id, declaration, {declaration.item_field: item}, caller)
+        return len(items)
+    _check_item(call_id, declaration, args, caller)
     return 1
 
 
-def prepare(body: ToolCallsBody, tools: Sequence[ToolDeclaration]) -> list[Prepared]:
+def prepare(
+    body: ToolCallsBody, tools: Sequence[ToolDeclaration], caller: Caller
+) -> list[Prepared]:
     """Every call checked; BadCalls names the first that is not acceptable."""
     by_name = {t.name: t for t in tools}
     confirm = _needs_confirm_tool(tools)
@@ -215,7 +230,7 @@ def prepare(body: ToolCallsBody, tools: Sequence[ToolDeclaration]) -> list[Prepa
         args = _arguments(call)
         declaration = by_name.get(call.name)
         if declaration is not None:
-            items = _check_schema(call_id, declaration, args)
+            items = _check_schema(call_id, declaration, args, caller)
             prepared.append(Prepared(call_id, call.name, args, declaration, items))
         elif confirm and call.name == CONFIRM_TOOL:
             try:
@@ -326,7 +341,10 @@ class ToolCalls:
     async def handle(self, session: SessionState, body: ToolCallsBody) -> dict[str, Any]:
         """Admit the new calls as one batch; repeated ids get their stored answers."""
         started = time.perf_counter()
-        prepared = prepare(body, offered(self.registry, session.agent))
+        caller = Caller(
+            tenant_id=session.tenant_id, user_id=session.user_id, agent=session.agent
+        )
+        prepared = prepare(body, offered(self.registry, session.agent), caller)
         kv = self._surface.runtime.bucket("turns")
         # The agent's own turn id when it gives one: the batch and its closing carry it.
         turn_id = body.turn_id or new_id("turn")

@@ -4,6 +4,7 @@ WebSocket, test agents that use holdline.client alone and never holdline's model
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import httpx
 import pytest
@@ -403,3 +404,33 @@ async def test_closings_reach_the_agent_whichever_surface_handles_them(
         final = delivery(snap, answer.batch_id)
         assert final["status"] == "spoken"
         assert len(said(snap, final["delivery_id"])) == 1
+
+
+async def test_tool_calls_enforce_tenants_by_role_and_record_the_refusal(
+    hl: HoldlineClient, stack: SurfaceStack
+) -> None:
+    # A session of tenant acme names its own resource qualified and another tenant's.
+    s = await session(hl)
+    own, foreign = unique("crm"), unique("crm")
+    answer = await s.tool_calls(
+        [ToolCall(tool_call_id="t1", name="provision_access",
+                  arguments={"accesses": [f"acme/{own}", f"globex/{foreign}"]})]
+    )
+    [result] = answer.results
+    admitted, refused = result.operations
+    assert refused.status == "rejected"
+    assert admitted.status != "rejected"
+    assert "another tenant" in result.output
+
+    async def settled_ops() -> dict[str, Any] | None:
+        snap = await s.snapshot()
+        by_id = {o["operation_id"]: o["status"] for o in snap["operations"]}
+        return by_id if by_id.get(admitted.operation_id) == "committed" else None
+
+    statuses = await eventually(settled_ops, timeout_s=30.0)
+    assert statuses[refused.operation_id] == "rejected"
+    rejected = await events(s, "operation.rejected", operation_id=refused.operation_id)
+    assert [e["data"]["reason"] for e in rejected] == ["forbidden"]
+    # One effect for the caller's own resource, none for the other tenant's.
+    assert await effects(stack, own) == 1
+    assert await effects(stack, foreign) == 0
