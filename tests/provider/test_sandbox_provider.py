@@ -566,7 +566,9 @@ def test_state_survives_sigkill_and_restart(
     callback_server: CallbackServer,
     background: ThreadPoolExecutor,
 ) -> None:
-    proc = spawn(SANDBOX_ASYNC_DELAY_MS="1500")
+    # Long enough that the async booking is still pending when the kill lands, even when a
+    # loaded machine slows the steps in between.
+    proc = spawn(SANDBOX_ASYNC_DELAY_MS="4000")
     done_key, pending_key, torn_key = f"k-{uid()}", f"k-{uid()}", f"k-{uid()}"
     with proc.client() as client:
         done = post(client, "/v1/accesses", access("vault"), done_key)
@@ -603,7 +605,7 @@ def test_state_survives_sigkill_and_restart(
 
         # The async booking accepted before the crash still commits, once.
         record_id = pending.json()["id"]
-        (callback,) = callback_server.wait_for(record_id, timeout=10)
+        (callback,) = callback_server.wait_for(record_id, timeout=20)
         assert callback.payload["status"] == "confirmed"
         assert client.get(f"/v1/records/{record_id}").json()["status"] == "confirmed"
         assert effects(client, "booking", pending_key) == 1
