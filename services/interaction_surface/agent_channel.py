@@ -205,6 +205,10 @@ class AgentChannel:
         self.executor: DeliveryExecutor | None = None
         self.ownership: CallOwnership | None = None
         self._ownership: Callable[[], CallOwnership | None] = lambda: self.ownership
+        # One signal of a session at a time: each compares with the view its predecessor's
+        # append already reached, so concurrent "started"/"stopped" cannot both be judged
+        # against the same stale state (and one of them dropped).
+        self._signal_locks: dict[str, asyncio.Lock] = {}
 
     # ------------------------------------------------------------------ queries
 
@@ -452,6 +456,17 @@ class AgentChannel:
         self, session_id: str, user_speaking: bool | None, agent_speaking: bool | None
     ) -> None:
         """The agent's view of the two clocks, as the call's VAD and playback would say it."""
+        lock = self._signal_locks.setdefault(session_id, asyncio.Lock())
+        try:
+            async with lock:
+                await self._signal(session_id, user_speaking, agent_speaking)
+        finally:
+            if not lock.locked():
+                self._signal_locks.pop(session_id, None)
+
+    async def _signal(
+        self, session_id: str, user_speaking: bool | None, agent_speaking: bool | None
+    ) -> None:
         session = self.view.session(session_id)
         agent = session.agent if session else None
         if user_speaking is not None and (session is None or session.user_active != user_speaking):
