@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,7 +52,7 @@ from .interface import (
     TurnRequest,
 )
 from .phrasing import acceptance_message, reply_language
-from .streaming import DONE, RetryPolicy, sse_events, stream_post
+from .streaming import DONE, ModelEndpoint, RetryPolicy, sse_events
 
 log = logging.getLogger(__name__)
 
@@ -232,9 +231,10 @@ class ChatCompletionsModel:
         self.model = model
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
-        self._api_key = api_key
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._endpoint = ModelEndpoint(
+            base_url=self.base_url, api_key=api_key, timeout_s=timeout_s, retry=self.retry,
+            vendor=VENDOR, transport=transport,
+        )
 
     @classmethod
     def from_env(cls) -> ChatCompletionsModel:
@@ -254,32 +254,12 @@ class ChatCompletionsModel:
             retry=RetryPolicy(max_retries=env_int("HOLDLINE_MODEL_MAX_RETRIES", 2)),
         )
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None or self._client.is_closed:
-            headers = {"Authorization": f"Bearer {self._api_key}"} if self._api_key else {}
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout_s), transport=self._transport, headers=headers
-            )
-        return self._client
-
     async def aclose(self) -> None:
         """Close the HTTP connections."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._endpoint.aclose()
 
     async def _stream(self, body: dict[str, Any], deadline: float | None) -> StreamedChat:
-        client = self._http()
-        own = time.monotonic() + self.timeout_s
-        return await stream_post(
-            client,
-            f"{self.base_url}/chat/completions",
-            body,
-            read_chunks,
-            deadline=own if deadline is None else min(own, deadline),
-            policy=self.retry,
-            vendor=VENDOR,
-        )
+        return await self._endpoint.stream("/chat/completions", body, read_chunks, deadline)
 
     async def respond(self, request: TurnRequest) -> TurnReply:
         """One streamed completion → text, proposed calls and explicit requests."""

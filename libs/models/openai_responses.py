@@ -18,7 +18,6 @@ retries included, and never past the turn's own deadline), `HOLDLINE_MODEL_MAX_R
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,7 +43,7 @@ from .interface import (
     TurnRequest,
 )
 from .phrasing import acceptance_message, reply_language
-from .streaming import RetryPolicy, sse_events, stream_post
+from .streaming import ModelEndpoint, RetryPolicy, sse_events
 
 log = logging.getLogger(__name__)
 
@@ -195,9 +194,10 @@ class OpenAIResponsesModel:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
         self.retry = retry or RetryPolicy()
-        self._api_key = api_key
-        self._transport = transport
-        self._client: httpx.AsyncClient | None = None
+        self._endpoint = ModelEndpoint(
+            base_url=self.base_url, api_key=api_key, timeout_s=timeout_s, retry=self.retry,
+            vendor=VENDOR, transport=transport,
+        )
 
     @classmethod
     def from_env(cls) -> OpenAIResponsesModel:
@@ -213,33 +213,12 @@ class OpenAIResponsesModel:
             retry=RetryPolicy(max_retries=env_int("HOLDLINE_MODEL_MAX_RETRIES", 2)),
         )
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._client is None or self._client.is_closed:
-            self._client = httpx.AsyncClient(
-                timeout=httpx.Timeout(self.timeout_s),
-                transport=self._transport,
-                headers={"Authorization": f"Bearer {self._api_key}"},
-            )
-        return self._client
-
     async def aclose(self) -> None:
         """Close the HTTP connections."""
-        if self._client is not None:
-            await self._client.aclose()
-            self._client = None
+        await self._endpoint.aclose()
 
     async def _stream(self, body: dict[str, Any], deadline: float | None) -> StreamedResponse:
-        client = self._http()
-        own = time.monotonic() + self.timeout_s
-        return await stream_post(
-            client,
-            f"{self.base_url}/responses",
-            body,
-            read_stream,
-            deadline=own if deadline is None else min(own, deadline),
-            policy=self.retry,
-            vendor=VENDOR,
-        )
+        return await self._endpoint.stream("/responses", body, read_stream, deadline)
 
     async def respond(self, request: TurnRequest) -> TurnReply:
         """One streamed model turn → text, proposed calls and explicit requests."""

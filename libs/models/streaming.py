@@ -166,3 +166,59 @@ async def stream_post(
         log.warning("%s: %s; retrying in %.2f s", vendor, failure.splitlines()[0][:200], delay)
         await asyncio.sleep(delay)
         retry += 1
+
+
+class ModelEndpoint:
+    """One vendor's HTTP endpoint: a pooled client with its bearer key, streamed and retried."""
+
+    def __init__(
+        self,
+        *,
+        base_url: str,
+        api_key: str,
+        timeout_s: float,
+        retry: RetryPolicy,
+        vendor: str,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.retry = retry
+        self._vendor = vendor
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None or self._client.is_closed:
+            self._client = httpx.AsyncClient(
+                timeout=httpx.Timeout(self.timeout_s),
+                transport=self._transport,
+                headers=self._headers,
+            )
+        return self._client
+
+    async def stream(
+        self,
+        path: str,
+        body: dict[str, Any],
+        read: Callable[[httpx.Response], Awaitable[T]],
+        deadline: float | None,
+    ) -> T:
+        """POST to `path` and fold the stream, within our timeout and the caller's deadline."""
+        own = time.monotonic() + self.timeout_s
+        return await stream_post(
+            self._http(),
+            f"{self.base_url}{path}",
+            body,
+            read,
+            deadline=own if deadline is None else min(own, deadline),
+            policy=self.retry,
+            vendor=self._vendor,
+        )
+
+    async def aclose(self) -> None:
+        """Close the HTTP connections."""
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
