@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from datetime import datetime
 from enum import StrEnum
+from typing import TypeVar
 
 from libs.events import (
     DeliveryAttached,
@@ -21,6 +22,8 @@ from libs.events import (
     DeliveryUnheard,
     Envelope,
 )
+
+B = TypeVar("B")
 
 
 class DeliveryStatus(StrEnum):
@@ -89,6 +92,34 @@ class DeliveryState:
     def handed_off(self) -> bool:
         """Decided to be said now; the interaction surface owns the next step."""
         return self.status is D.PENDING and self.decision in SAY_NOW_DECISIONS
+
+
+def envelope_for(
+    state: DeliveryState,
+    event: B,
+    *,
+    event_id: str,
+    now: datetime,
+    agent: str | None = None,
+    carries: bool = True,
+    causation_id: str | None = None,
+) -> Envelope[B]:
+    """An event about a delivery (its own, or a message or playback of it), with its ids.
+
+    `agent` overrides the admitting agent (a message goes out under the active one);
+    `carries=False` leaves the delivery id out, for a message that is not the closing itself.
+    """
+    return Envelope(
+        event_id=event_id,
+        occurred_at=now,
+        session_id=state.session_id,
+        turn_id=state.turn_id,
+        batch_id=state.batch_id,
+        delivery_id=state.delivery_id if carries else None,
+        agent=agent if agent is not None else state.agent,
+        causation_id=causation_id,
+        event=event,
+    )
 
 
 def evolve(state: DeliveryState | None, env: Envelope[DeliveryEvent]) -> DeliveryState:

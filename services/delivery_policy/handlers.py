@@ -18,6 +18,7 @@ from libs.bus import ConcurrencyConflict, Context, Received, append, load, repla
 from libs.domain import delivery as delivery_domain
 from libs.domain.channel import decide_delivery
 from libs.domain.delivery import DeliveryState
+from libs.domain.delivery import envelope_for as delivery_envelope
 from libs.events import (
     DELIVERIES,
     INTERACTION,
@@ -172,16 +173,8 @@ class Gate:
         subject = self._rt.topology.delivery_subject(state.session_id, state.delivery_id)
         for event in events:
             seq = self.state.deliveries.last_seq.get(state.delivery_id, 0)
-            env: Envelope[DeliveryEvent] = Envelope(
-                event_id=_event_id(),
-                occurred_at=_now(),
-                session_id=state.session_id,
-                turn_id=state.turn_id,
-                batch_id=state.batch_id,
-                delivery_id=state.delivery_id,
-                agent=state.agent,
-                causation_id=cause,
-                event=event,
+            env: Envelope[DeliveryEvent] = delivery_envelope(
+                state, event, event_id=_event_id(), now=_now(), causation_id=cause
             )
             appended = await append(
                 self._rt.jetstream, DELIVERIES, subject, env, expected_last_subject_seq=seq

@@ -47,6 +47,7 @@ from libs.agent_frames import DeliverySayFrame, Fact, ServerFrame, encode
 from libs.bus import ConcurrencyConflict
 from libs.domain import DeliveryState
 from libs.domain.delivery import OPEN, DeliveryStatus
+from libs.domain.delivery import envelope_for as delivery_envelope
 from libs.domain.operation import OperationState
 from libs.events import (
     ChannelConnected,
@@ -591,30 +592,15 @@ class AgentChannel:
             else PlaybackFinished(heard=heard, played_ms=0)
         )
         kind = "started" if heard is None else "finished"
-        env = Envelope(
-            event_id=new_id("ev"),
-            occurred_at=_now(),
-            session_id=state.session_id,
-            turn_id=state.turn_id,
-            batch_id=state.batch_id,
-            delivery_id=state.delivery_id,
-            agent=state.agent,
-            event=event,
-        )
+        env = delivery_envelope(state, event, event_id=new_id("ev"), now=_now())
         await self._exec().append_interaction(
             env, f"agent-{kind}-{state.delivery_id}-{state.attempts}"
         )
 
     async def _heard_part(self, state: DeliveryState, heard: str) -> None:
         """What the user heard of a cut closing: history keeps those words, not the closing."""
-        env = Envelope(
-            event_id=new_id("ev"),
-            occurred_at=_now(),
-            session_id=state.session_id,
-            turn_id=state.turn_id,
-            batch_id=state.batch_id,
-            agent=state.agent,
-            event=TurnReplied(text=heard),
+        env = delivery_envelope(
+            state, TurnReplied(text=heard), event_id=new_id("ev"), now=_now(), carries=False
         )
         await self._exec().append_interaction(
             env, f"heard-{state.delivery_id}-{state.attempts}"

@@ -41,6 +41,7 @@ from libs import metrics
 from libs.bus import ConcurrencyConflict, Context, Received, append
 from libs.domain import DeliveryState
 from libs.domain.delivery import DeliveryStatus
+from libs.domain.delivery import envelope_for as delivery_envelope
 from libs.events import (
     DELIVERIES,
     INTERACTION,
@@ -362,15 +363,9 @@ class DeliveryExecutor:
         return await self._append(state, event)
 
     async def _write_message(self, state: DeliveryState) -> None:
-        env = Envelope(
-            event_id=new_id("ev"),
-            occurred_at=_now(),
-            session_id=state.session_id,
-            turn_id=state.turn_id,
-            batch_id=state.batch_id,
-            delivery_id=state.delivery_id,
+        env = delivery_envelope(
+            state, TurnReplied(text=state.text), event_id=new_id("ev"), now=_now(),
             agent=self._active_agent(state),
-            event=TurnReplied(text=state.text),
         )
         # One message per delivery even if two writers race inside the dedup window.
         await self._append_interaction(env, f"message-{state.delivery_id}")
@@ -393,15 +388,8 @@ class DeliveryExecutor:
         return session.agent if session is not None else state.agent
 
     async def _append(self, state: DeliveryState, event: DeliveryEvent) -> int:
-        env = Envelope(
-            event_id=new_id("ev"),
-            occurred_at=_now(),
-            session_id=state.session_id,
-            turn_id=state.turn_id,
-            batch_id=state.batch_id,
-            delivery_id=state.delivery_id,
-            agent=self._active_agent(state),
-            event=event,
+        env = delivery_envelope(
+            state, event, event_id=new_id("ev"), now=_now(), agent=self._active_agent(state)
         )
         ack = await append(
             self._rt.jetstream,
