@@ -4,10 +4,11 @@ SHELL := /bin/bash
 BIN := .venv/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv run test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-voice chaos dashboards clean
+.PHONY: help venv run run-cluster test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-voice chaos dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
+	@echo "make run-cluster  the same on a 3-node JetStream cluster, two of each service"
 	@echo "make test   install what is needed and run lint, types and the whole suite"
 	@echo "make proto  regenerate proto/ (JSON Schemas and the AsyncAPI document)"
 	@echo "make bench  run the benchmarks; results under bench/results/"
@@ -18,6 +19,9 @@ venv:
 
 run: venv
 	@$(BIN)/holdline run
+
+run-cluster: venv
+	@$(BIN)/holdline run --cluster 3
 
 lint: venv
 	$(BIN)/ruff check .

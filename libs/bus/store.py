@@ -10,18 +10,41 @@ Three guards against duplicates, each for its own horizon:
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
+import nats.errors
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    APIError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoStreamResponseError,
+)
 from nats.js.kv import KeyValue
 
 from libs import tracing
+from libs.config import env_float
 from libs.events import Envelope, EventCodec
+
+log = logging.getLogger(__name__)
 
 # JetStream's error code for a failed Nats-Expected-Last-Subject-Sequence check.
 _WRONG_LAST_SEQUENCE = 10071
+# "Temporarily unavailable": the stream is between leaders.
+_UNAVAILABLE = 503
+
+
+@functools.cache
+def _retry_window_s() -> float:
+    # How long one append keeps trying while its stream has no leader (a node died and the
+    # replicas elect another, a few seconds): longer than an election, shorter than ack_wait
+    # of the callers' own redelivery in production.
+    return env_float("HOLDLINE_APPEND_RETRY_S", 8.0)
 
 
 class ConcurrencyConflict(Exception):
@@ -64,7 +87,9 @@ async def append(
     """Publish one event and wait for the broker's acknowledgement.
 
     The message id defaults to the event id, so re-publishing the same event object is a
-    no-op. `expected_last_subject_seq=0` means "the subject must be empty".
+    no-op. `expected_last_subject_seq=0` means "the subject must be empty". While the
+    stream is between leaders (a cluster node died) the publish is retried for a few
+    seconds under the same message id, so the broker stores it once.
     """
     with tracing.append_span(subject, envelope.event_id) as trace_headers:
         hdrs: dict[str, str] = {"Nats-Msg-Id": msg_id or envelope.event_id, **trace_headers}
@@ -72,13 +97,34 @@ async def append(
             hdrs.update(headers)
         if expected_last_subject_seq is not None:
             hdrs["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
-        try:
-            ack = await js.publish(subject, codec.encode(envelope), headers=hdrs)
-        except APIError as exc:
-            if exc.err_code == _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
-                raise ConcurrencyConflict(subject, expected_last_subject_seq) from exc
-            raise
-    return Appended(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
+        payload = codec.encode(envelope)
+        deadline = time.monotonic() + _retry_window_s()
+        delay = 0.05
+        # Whether an earlier try may have been stored with its ack lost (a timeout, not a
+        # refusal): then a "duplicate" answer is this call's own first write.
+        maybe_stored = False
+        while True:
+            try:
+                ack = await js.publish(subject, payload, headers=hdrs)
+                break
+            except APIError as exc:
+                if exc.err_code == _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
+                    raise ConcurrencyConflict(subject, expected_last_subject_seq) from exc
+                if exc.code != _UNAVAILABLE or time.monotonic() >= deadline:
+                    raise
+            except (NoStreamResponseError, nats.errors.NoRespondersError):
+                # Nobody leads the stream right now: nothing was stored.
+                if time.monotonic() >= deadline:
+                    raise
+            except nats.errors.TimeoutError:
+                maybe_stored = True
+                if time.monotonic() >= deadline:
+                    raise
+            log.info("append to %s: stream unavailable, retrying", subject)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+    duplicate = bool(ack.duplicate) and not maybe_stored
+    return Appended(stream=ack.stream, seq=ack.seq, duplicate=duplicate)
 
 
 @dataclass(frozen=True, slots=True)

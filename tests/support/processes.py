@@ -50,6 +50,8 @@ class Broker:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    # More command-line options (a cluster node's name and routes).
+    args: tuple[str, ...] = ()
 
     @property
     def url(self) -> str:
@@ -69,6 +71,7 @@ class Broker:
             "-js",
             "-sd",
             str(self.store),
+            *self.args,
         ]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -80,9 +83,20 @@ class Broker:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the node keeps its sockets open and answers nothing."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         """Stop the server if it runs."""
         if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused server cannot handle SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=10)
