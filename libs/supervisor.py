@@ -135,11 +135,17 @@ class Supervisor:
         clients = _ports("NATS_PORTS", "NATS_PORT", 4222, count)
         routes = _ports("NATS_CLUSTER_PORTS", "NATS_CLUSTER_PORT", 6222, count)
         seeds = ",".join(f"nats://127.0.0.1:{p}" for p in routes)
+        config = self.root / ".data" / "nats-cluster" / "node.conf"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        # A node that hangs (sockets open, nothing answered) loses its routes after two missed
+        # pings, so requests stop going to it; with the default it would take minutes.
+        config.write_text('ping_interval: "2s"\nping_max: 2\n')
         for i, (client, route) in enumerate(zip(clients, routes, strict=True)):
             store = self.root / ".data" / "nats-cluster" / f"n{i}"
             store.mkdir(parents=True, exist_ok=True)
             argv = [
                 nats_server_binary(),
+                "-c", str(config),
                 "-a", "127.0.0.1", "-p", str(client),
                 "-n", f"holdline-n{i}",
                 "-js", "-sd", str(store),

@@ -24,6 +24,7 @@ from nats.js.errors import (
     KeyNotFoundError,
     KeyWrongLastSequenceError,
     NoStreamResponseError,
+    ServiceUnavailableError,
 )
 from nats.js.kv import KeyValue
 
@@ -37,6 +38,27 @@ log = logging.getLogger(__name__)
 _WRONG_LAST_SEQUENCE = 10071
 # "Temporarily unavailable": the stream is between leaders.
 _UNAVAILABLE = 503
+
+
+class StaleReplica(nats.errors.Error):
+    """A replica answered a read with less than the stream leader holds (it is catching up)."""
+
+    def __str__(self) -> str:
+        return "nats: a replica behind the stream leader answered; read again"
+
+
+def broker_unavailable(exc: BaseException) -> bool:
+    """Whether an error means "the broker cannot answer right now" (a stream or consumer
+    between leaders, a node gone, a reconnect in progress), not "the request was wrong"."""
+    if isinstance(exc, APIError):
+        return exc.code == _UNAVAILABLE or isinstance(exc, ServiceUnavailableError)
+    return isinstance(
+        exc,
+        NoStreamResponseError
+        | nats.errors.NoRespondersError
+        | nats.errors.TimeoutError
+        | StaleReplica,
+    )
 
 
 @functools.cache
@@ -110,7 +132,7 @@ async def append(
             except APIError as exc:
                 if exc.err_code == _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
                     raise ConcurrencyConflict(subject, expected_last_subject_seq) from exc
-                if exc.code != _UNAVAILABLE or time.monotonic() >= deadline:
+                if not broker_unavailable(exc) or time.monotonic() >= deadline:
                     raise
             except (NoStreamResponseError, nats.errors.NoRespondersError):
                 # Nobody leads the stream right now: nothing was stored.
@@ -142,15 +164,27 @@ async def claim_once(kv: KeyValue, key: str, value: bytes) -> Claim:
     This is how "the same intent again" is told apart from "a different request reusing an
     intent key", which is an error and never a silent duplicate.
     """
-    try:
-        revision = await kv.create(key, value)
-    except KeyWrongLastSequenceError:
-        entry = await kv.get(key)
-        existing = entry.value or b""
-        if existing != value:
-            raise ClaimConflict(key, existing) from None
-        return Claim(created=False, value=existing, revision=entry.revision or 0)
+    deadline = time.monotonic() + _retry_window_s()
+    while True:
+        try:
+            revision = await kv.create(key, value)
+            break
+        except (NoStreamResponseError, nats.errors.NoRespondersError):
+            # The bucket is between leaders: nothing was written, so trying again is safe.
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.1)
+        except KeyWrongLastSequenceError:
+            return await _existing_claim(kv, key, value)
     return Claim(created=True, value=value, revision=revision)
+
+
+async def _existing_claim(kv: KeyValue, key: str, value: bytes) -> Claim:
+    entry = await kv.get(key)
+    existing = entry.value or b""
+    if existing != value:
+        raise ClaimConflict(key, existing) from None
+    return Claim(created=False, value=existing, revision=entry.revision or 0)
 
 
 async def read_claim(kv: KeyValue, key: str) -> bytes | None:

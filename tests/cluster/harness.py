@@ -107,13 +107,30 @@ class Conversations:
         speaker = self.other(chat) if other_surface else chat
         for name in names:
             await self._fault(match=name, latency_ms=PROVIDER_LATENCY_MS, times=1)
-        answer = await speaker.say("give me access to " + " and ".join(names))
+        answer = await self.say(speaker, "give me access to " + " and ".join(names))
         self.acked.turns[answer["turn_id"]] = chat.session_id
         for op in answer["operations"]:
             self.acked.operations[op["operation_id"]] = chat.session_id
         batch = str(answer["operations"][0]["batch_id"])
         self.batches[batch] = chat
         return batch
+
+    async def say(self, chat: Chat, text: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        """A turn, repeated under its `client_turn_id` while the surface answers 503 (what a
+        client does during an election: the repeat is answered once, never run twice)."""
+        body = {"text": text, "client_turn_id": f"ct-{uuid.uuid4().hex[:12]}"}
+        deadline = time.monotonic() + timeout_s
+        while True:
+            response = await chat.client.post(
+                f"/v1/sessions/{chat.session_id}/turns", json=body, headers=chat.auth
+            )
+            if response.status_code != 503 or time.monotonic() >= deadline:
+                break
+            self.acked.requests["turn_503"] += 1
+            await asyncio.sleep(0.5)
+        assert response.status_code == 200, response.text
+        answer: dict[str, Any] = response.json()
+        return answer
 
     async def ask_all(self, chats: list[Chat], **options: Any) -> list[str]:
         """One batch in every chat, turns alternating between the surfaces."""

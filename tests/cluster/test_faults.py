@@ -12,6 +12,7 @@ configurable); the kill of a node that only carries client connections costs a r
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Any
 
@@ -87,4 +88,93 @@ async def test_kill_of_the_operations_leader_mid_batch(
         cluster.restart(leader)
         await settled(cluster, system.prefix)
         print(f"node {leader} back and current after {time.monotonic() - started:.1f} s")
+        _assert_clean(await check_everything(conv, cluster))
+
+
+async def _moved_off(cluster: Cluster, gone: str, names: list[str], timeout_s: float) -> float:
+    """Seconds until every client that was on `gone` is connected to another node."""
+    started = time.monotonic()
+    want = sorted(n for n in names if n)
+    while time.monotonic() - started < timeout_s:
+        conns = await _connections_of(cluster, [n for n in cluster.names if n != gone])
+        have = [n for node in conns.values() for n in node]
+        if all(have.count(n) >= want.count(n) for n in set(want)):
+            return time.monotonic() - started
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"clients {want} did not reconnect within {timeout_s}s")
+
+
+async def _connections_of(cluster: Cluster, nodes: list[str]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    async with httpx.AsyncClient(timeout=5) as http:
+        for name in nodes:
+            response = await http.get(f"{cluster.monitor_url(name)}/connz?limit=1024")
+            found[name] = [c.get("name", "") for c in response.json().get("connections", [])]
+    return found
+
+
+@pytest.mark.timeout(180)
+async def test_kill_of_the_node_services_use_then_back_with_an_empty_disk(
+    cluster: Cluster, system: SurfaceStack
+) -> None:
+    stream = Topology(system.prefix).stream_name(Context.OPERATIONS)
+    async with Conversations(system) as conv:
+        chats = await conv.open(SESSIONS)
+        await conv.ask_all(chats)  # traffic before, so every service holds a connection
+        leader = await cluster.leader(stream)
+        conns = await _connections(cluster)
+        # The busiest node that does not lead the operations stream: a reconnect, mostly.
+        target = max((n for n in cluster.names if n != leader), key=lambda n: len(conns[n]))
+        services = [n for n in conns[target] if n]
+        assert services, conns
+        batches = await conv.ask_all(chats)
+        killed_at = now()
+        cluster.node(target).kill9()
+        moved = await _moved_off(cluster, target, services, timeout_s=30)
+        closes = await conv.close_times(batches, killed_at)
+        print(f"kill -9 of {target} ({len(services)} clients): reconnected in {moved:.2f} s, "
+              f"closings after {sorted(closes)} s")
+        assert moved < 10.0
+        assert max(closes) < CLOSE_BOUND_S, closes
+
+        # Back with an empty disk: it rejoins and receives every stream again.
+        cluster.restart(target, empty_disk=True)
+        await settled(cluster, system.prefix)
+        # Its copy is real: with another node down, the wiped one is part of every quorum.
+        now_leading = await cluster.leader(stream)
+        other = next(n for n in cluster.names if n not in {target, now_leading})
+        cluster.node(other).kill9()
+        more = await conv.ask_all(chats)
+        await conv.close_times(more, now())
+        _assert_clean(await check_everything(conv, cluster))
+        cluster.restart(other)
+        await settled(cluster, system.prefix)
+
+
+@pytest.mark.timeout(150)
+async def test_pause_of_the_operations_leader_past_the_election_timeout(
+    cluster: Cluster, system: SurfaceStack
+) -> None:
+    stream = Topology(system.prefix).stream_name(Context.OPERATIONS)
+    async with Conversations(system) as conv:
+        chats = await conv.open(SESSIONS)
+        leader = await cluster.leader(stream)
+        batches = await conv.ask_all(chats)
+        paused_at = now()
+        node = cluster.node(leader)
+        node.pause()
+        try:
+            # The others elect a leader while it sleeps (the timeout is at most 9 s).
+            deadline = time.monotonic() + 30
+            while (await cluster.leader(stream)) == leader:
+                assert time.monotonic() < deadline, "no new leader while the old one sleeps"
+                await asyncio.sleep(0.5)
+            closes = await conv.close_times(batches, paused_at)
+            more = await conv.ask_all(chats)
+        finally:
+            node.resume()
+        print(f"SIGSTOP of {stream} leader {leader}: closings after {sorted(closes)} s")
+        # Woken up, it learns of the new term, steps down and catches up.
+        await conv.close_times(more, paused_at)
+        await settled(cluster, system.prefix)
         _assert_clean(await check_everything(conv, cluster))

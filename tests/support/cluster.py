@@ -19,6 +19,9 @@ import nats
 from .processes import Broker, free_port
 
 CLUSTER_NAME = "holdline-test"
+# Routes to a paused node (sockets open, nothing answered) are dropped after two missed
+# pings; with the default two minutes its subscriptions would keep receiving requests.
+NODE_CONFIG = 'ping_interval: "2s"\nping_max: 2\n'
 
 
 @dataclass
@@ -34,6 +37,9 @@ class Cluster:
 
     def __post_init__(self) -> None:
         routes = [free_port() for _ in range(self.size)]
+        self.root.mkdir(parents=True, exist_ok=True)
+        config = self.root / "node.conf"
+        config.write_text(NODE_CONFIG)
         seeds = ",".join(f"nats://127.0.0.1:{p}" for p in routes)
         for i, route in enumerate(routes):
             name = f"n{i}"
@@ -43,6 +49,7 @@ class Cluster:
                 Broker(
                     store=self.root / name / "store",
                     args=(
+                        "-c", str(config),
                         "-n", name,
                         "--cluster_name", CLUSTER_NAME,
                         "--cluster", f"nats://127.0.0.1:{route}",
