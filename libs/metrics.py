@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 
 from prometheus_client import Counter, Gauge, Histogram
@@ -157,3 +157,23 @@ def turn_phase(phase: str) -> Iterator[None]:
         yield
     finally:
         TURN_PHASE.labels(phase).observe(time.perf_counter() - started)
+
+
+def initialise_tools(tools: Iterable[str]) -> None:
+    """Create every per-tool series at zero before its first use.
+
+    A labelled series otherwise appears with its first increment, and Prometheus reads that
+    first sample as the start: `rate()` and `increase()` miss the first event of each tool
+    (a panel stays empty until the second). The real Prometheus test showed it.
+    """
+    for tool in tools:
+        for family in (
+            OPERATION_ACCEPT_TO_START,
+            OPERATIONS_ADMITTED,
+            RETRIES,
+            UNKNOWNS,
+            CANCELLATIONS_REQUESTED,
+            CANCELLATIONS_CONFIRMED,
+            COMPENSATIONS,
+        ):
+            family.labels(tool=tool)

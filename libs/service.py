@@ -155,7 +155,7 @@ class Runtime:
                 self._ready_cache = (0.0, False, self.declare_problem)
                 log.warning("%s: %s; retrying", self.name, self.declare_problem)
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                delay = min(delay * 2, 2.0)
                 continue
             self.declare_problem = None
             return

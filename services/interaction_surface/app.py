@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from libs import metrics
 from libs.admission import Admission, LoadView
 from libs.bus import Context, DurableConsumer, spec_for
 from libs.config import env_str
@@ -99,6 +100,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await view.caught_up.wait()
         await load_view.caught_up.wait()
         registry = default_registry()
+        metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
         admission = Admission(
             js, runtime.topology, registry, load_view, runtime.bucket("intents")
         )

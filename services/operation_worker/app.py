@@ -9,7 +9,7 @@ import msgspec
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from libs import tracing
+from libs import metrics, tracing
 from libs.bus import Context, DurableConsumer
 from libs.events import OPERATIONS, WORK
 from libs.problems import install_problem_handlers, problem
@@ -42,6 +42,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Calls to the system of record carry the operation's trace (a no-op while tracing is off).
     client.event_hooks["request"].append(tracing.inject_headers)
     registry = default_registry(client)
+    metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
     holder: dict[str, Worker] = {}
 
     def worker(runtime: Runtime) -> Worker:
