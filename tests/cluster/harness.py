@@ -74,6 +74,7 @@ class Conversations:
     # batch_id -> the chat that opened it
     batches: dict[str, Chat] = field(default_factory=dict)
     clients: list[httpx.AsyncClient] = field(default_factory=list)
+    latency_ms: int = PROVIDER_LATENCY_MS
 
     async def __aenter__(self) -> Conversations:
         self.clients = [
@@ -106,7 +107,7 @@ class Conversations:
         names = [unique("repo") for _ in range(resources)]
         speaker = self.other(chat) if other_surface else chat
         for name in names:
-            await self._fault(match=name, latency_ms=PROVIDER_LATENCY_MS, times=1)
+            await self._fault(match=name, latency_ms=self.latency_ms, times=1)
         answer = await self.say(speaker, "give me access to " + " and ".join(names))
         self.acked.turns[answer["turn_id"]] = chat.session_id
         for op in answer["operations"]:
