@@ -4,7 +4,7 @@ SHELL := /bin/bash
 BIN := .venv/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv run run-cluster test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-voice chaos dashboards clean
+.PHONY: help venv run run-cluster test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-voice bench-cluster chaos dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
@@ -53,6 +53,9 @@ bench-acceptance: venv
 
 bench-voice: venv
 	$(BIN)/python -m bench.voice
+
+bench-cluster: venv
+	$(BIN)/python -m bench.cluster
 
 chaos: venv
 	scripts/ensure-system-deps.sh

@@ -53,6 +53,8 @@ def steps(quick: bool) -> list[Step]:
                 ),
                 30,
             ),
+            Step("cluster", "bench.cluster", ("--sessions", "10", "--turns", "3",
+                                              "--operations", "200", "--kill-trials", "1"), 90),
         ]
     else:
         found = [
@@ -63,6 +65,7 @@ def steps(quick: bool) -> list[Step]:
                                            "--out", "bench/results/ops-s100.json"), 40),
             Step("coordination", "bench.coordination", (), 25),
             Step("acceptance", "bench.acceptance", ("--sessions", "50", "100", "200"), 140),
+            Step("cluster", "bench.cluster", (), 240),
         ]
     if (ROOT / "bench" / "voice.py").exists():
         voice_args = ("--trials", "5", "--blips", "5") if quick else ()
