@@ -14,8 +14,9 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY libs ./libs
 COPY services ./services
-# The runtime dependencies only: no [dev] extra, no editable install.
-RUN /opt/holdline/bin/pip install .
+COPY holdline ./holdline
+# The runtime dependencies only (the server extra): no [dev] extra, no editable install.
+RUN /opt/holdline/bin/pip install '.[server]'
 
 FROM python:3.11-slim
 # espeak-ng: the text-to-speech engine of the voice channel.

@@ -3,7 +3,8 @@
 Everything is derived from the msgspec structs in `libs.events` and the subject layout in
 `libs.bus.topology`, so `proto/` cannot drift from the code unnoticed:
 
-    python -m libs.proto           # rewrite proto/asyncapi.json and proto/schemas/*.json
+    python -m libs.proto           # rewrite proto/asyncapi.json, proto/agent-asyncapi.json
+                                   # and proto/schemas/*.json
     python -m libs.proto --check   # exit 1 with a unified diff when they are out of date
 """
 
@@ -22,6 +23,7 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from libs import agent_frames
 from libs.bus.deadletter import DeadLetter
 from libs.bus.topology import Context, Topology
 from libs.events import (
@@ -51,6 +53,8 @@ CONTENT_TYPE: Final = "application/json"
 
 PROTO_DIR: Final = Path(__file__).resolve().parent.parent / "proto"
 ASYNCAPI_FILE: Final = "asyncapi.json"
+# The Agent API's WebSocket (libs.agent_frames): a channel of its own, not a bus subject.
+AGENT_ASYNCAPI_FILE: Final = "agent-asyncapi.json"
 SCHEMAS_DIR: Final = "schemas"
 
 # The union each enveloped stream carries. The dead-letter stream carries bare DeadLetter
@@ -395,7 +399,10 @@ def asyncapi_document() -> bytes:
 
 def generated_files(root: Path = PROTO_DIR) -> dict[Path, bytes]:
     """Every generated file under `root` with its expected content."""
-    files = {root / ASYNCAPI_FILE: asyncapi_document()}
+    files = {
+        root / ASYNCAPI_FILE: asyncapi_document(),
+        root / AGENT_ASYNCAPI_FILE: _dump(agent_frames.asyncapi_document()),
+    }
     files.update({root / SCHEMAS_DIR / name: data for name, data in json_schemas().items()})
     return files
 

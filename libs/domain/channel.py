@@ -43,6 +43,7 @@ from libs.events import (
     SessionOpened,
     SpeechStarted,
     SpeechStopped,
+    ToolCallsReceived,
     TurnReceived,
     TurnReplied,
     UserActivity,
@@ -52,7 +53,9 @@ from libs.events.deliveries import Decision, DeliveryMode
 from .batch import final_delivery_id
 from .delivery import DeliveryState, DeliveryStatus
 
-ChannelKind = Literal["chat", "voice"]
+ChannelKind = Literal["chat", "voice", "agent"]
+# Unheard before any of it played: said again whole, not in its short form.
+NOT_STARTED_REASONS = frozenset({"user_speaking", "not_started"})
 
 # --------------------------------------------------------------------------- channel
 
@@ -79,9 +82,12 @@ class ChannelState:
 
     @property
     def kind(self) -> ChannelKind:
-        """Voice while a call is attached, else the kind of the last channel seen."""
-        if "voice" in self.connections.values():
+        """Voice while a call is attached, an agent's while its channel is, else the last seen."""
+        kinds = set(self.connections.values())
+        if "voice" in kinds:
             return "voice"
+        if "agent" in kinds:
+            return "agent"
         return "chat" if self.connections else self.last_kind
 
     @property
@@ -89,7 +95,8 @@ class ChannelState:
         """Something can be said now: a connection is attached, or it is chat.
 
         Chat history is durable, so a chat message written while no stream is attached
-        still reaches the user; a voice session without a call has nobody to speak to.
+        still reaches the user; a voice session without a call, or an external agent
+        without its channel, has nobody to speak to (the agent reads `/pending` instead).
         """
         return not self.closed and (bool(self.connections) or self.last_kind == "chat")
 
@@ -134,6 +141,8 @@ def evolve_channel(state: ChannelState | None, env: Envelope[InteractionEvent]) 
             return state
         case AgentHandedOff(to_agent=agent):
             return replace(state, agent=agent)
+        case ToolCallsReceived():
+            return replace(state, last_kind="agent")
         case UserActivity(typing=True) | SpeechStarted():
             return replace(state, user_speaking=True)
         case UserActivity(typing=False) | SpeechStopped():
@@ -561,10 +570,10 @@ def decide_delivery(
     if delivery.status is DeliveryStatus.UNHEARD:
         # Cut while playing: said again shorter. Held back before any audio (the caller was
         # talking): nothing was heard, so it is said whole.
-        held = delivery.reason == "user_speaking"
+        held = (delivery.reason or "").partition(":")[0] in NOT_STARTED_REASONS
         text = delivery.text if held else delivery.short_text
         reason = (
-            "unheard: not started (user_speaking)" if held
+            f"unheard: not started ({delivery.reason})" if held
             else f"unheard: retry shorter ({delivery.reason or 'cut'})"
         )
         events.append(DeliveryRequeued(text=text, reason=reason))

@@ -19,6 +19,7 @@ from libs.events import (
     SessionOpened,
     SpeechStarted,
     SpeechStopped,
+    ToolCallsReceived,
     TurnReceived,
     TurnReplied,
     UserActivity,
@@ -53,6 +54,8 @@ class SessionState:
     response_active: bool = False
     playback_active: bool = False
     connections: frozenset[str] = field(default_factory=frozenset)
+    # The channel the conversation last came through (chat, voice or an external agent).
+    last_channel: str = "chat"
     version: int = 0
 
 
@@ -87,7 +90,12 @@ def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> Sessi
             if client_turn_id is not None:
                 turns = (*turns, (client_turn_id, env.turn_id or ""))
             message = Message(role="user", text=text, turn_id=env.turn_id)
-            return replace(state, messages=(*state.messages, message), client_turns=turns)
+            return replace(
+                state,
+                messages=(*state.messages, message),
+                client_turns=turns,
+                last_channel=event.channel,
+            )
         case TurnReplied(text=text):
             message = Message(
                 role="assistant", text=text, turn_id=env.turn_id, delivery_id=env.delivery_id,
@@ -113,10 +121,13 @@ def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> Sessi
         case ReplyTruncated(text=text, unheard_delivery_ids=unheard):
             cut = _truncated(state.messages, env.turn_id, env.response_id, text, unheard)
             return replace(state, messages=cut)
-        case ChannelConnected(connection_id=conn):
-            return replace(state, connections=state.connections | {conn})
-        case ChannelDisconnected(connection_id=conn):
-            return replace(state, connections=state.connections - {conn})
+        case ToolCallsReceived():
+            # The agent's own model talks to the user: nothing enters holdline's history.
+            return replace(state, last_channel="agent")
+        case ChannelConnected(connection_id=conn, channel=kind):
+            return replace(state, connections=state.connections | {conn}, last_channel=kind)
+        case ChannelDisconnected(connection_id=conn, channel=kind):
+            return replace(state, connections=state.connections - {conn}, last_channel=kind)
     raise SessionError(f"unhandled interaction event {type(event).__name__}")
 
 

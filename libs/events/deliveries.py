@@ -52,7 +52,9 @@ class DeliverySent(_Event, frozen=True, kw_only=True, tag="delivery.sent"):
     """The interaction surface wrote the delivery to the channel."""
 
     mode: DeliveryMode
-    channel: Literal["chat", "voice"]
+    channel: Literal["chat", "voice", "agent"]
+    # The agent channel's connection it was pushed on (Agent API), so its loss settles it.
+    connection_id: str | None = None
 
 
 class DeliveryDelivered(_Event, frozen=True, kw_only=True, tag="delivery.delivered"):

@@ -6,7 +6,8 @@ from typing import Literal
 
 import msgspec
 
-Channel = Literal["chat", "voice"]
+# `agent`: an external agent (Agent API) that runs its own model and media.
+Channel = Literal["chat", "voice", "agent"]
 
 
 class _Event(
@@ -107,15 +108,23 @@ class ReplyTruncated(_Event, frozen=True, kw_only=True, tag="reply.truncated"):
     unheard_delivery_ids: tuple[str, ...] = ()
 
 
+class ToolCallsReceived(_Event, frozen=True, kw_only=True, tag="tool_calls.received"):
+    """An external agent's model proposed a batch of tool calls (Agent API)."""
+
+    tool_call_ids: tuple[str, ...]
+    # What the user said that led to the calls, when the agent passes it along.
+    user_text: str | None = None
+
+
 class ChannelConnected(_Event, frozen=True, kw_only=True, tag="channel.connected"):
-    """A chat stream or a phone call attached to the session."""
+    """A phone call or an external agent's channel attached to the session."""
 
     channel: Channel
     connection_id: str
 
 
 class ChannelDisconnected(_Event, frozen=True, kw_only=True, tag="channel.disconnected"):
-    """A chat stream or a phone call left the session."""
+    """A phone call or an external agent's channel left the session."""
 
     channel: Channel
     connection_id: str
@@ -136,6 +145,7 @@ InteractionEvent = (
     | PlaybackStarted
     | PlaybackFinished
     | ReplyTruncated
+    | ToolCallsReceived
     | ChannelConnected
     | ChannelDisconnected
 )

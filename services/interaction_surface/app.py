@@ -29,11 +29,13 @@ from libs.problems import install_problem_handlers
 from libs.service import Runtime, create_service_app
 from libs.tools import default_registry
 
+from .agent_api import AGENT_BODIES, AgentApi, build_agent_router
 from .api import BODIES, Surface, install
 from .deliveries import DeliveryExecutor
 from .projections import SurfaceView
 from .settings import Settings
 from .telephony import CallRegistry
+from .tool_calls import ToolCalls
 from .turns import Turns
 from .voice import install_voice, start_voice
 
@@ -62,6 +64,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     def deliveries_consumer(rt: Runtime) -> DurableConsumer[Any]:
         executor = DeliveryExecutor(rt, view, settings, calls)
         holder["executor"] = executor
+        # The Agent API's channel settles what it pushes through the same executor.
+        executor.agent = agent_api.channel
+        agent_api.channel.executor = executor
         return DurableConsumer(
             rt.jetstream,
             spec_for(
@@ -91,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         consumer_factories=(deliveries_consumer,),
     )
     surface = Surface(runtime=runtime, view=view, settings=settings)
+    agent_api = AgentApi(surface)
     model = conversation_model()
 
     async def on_start() -> None:
@@ -113,8 +119,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             registry=registry,
             settings=settings,
         )
+        agent_api.tool_calls = ToolCalls(surface, admission, registry)
         surface.http = httpx.AsyncClient(base_url=settings.provider_url, timeout=5.0)
         await start_voice(telephony, surface, lambda: holder.get("executor"))
+        # Agent connections are owned like calls (same bucket, same owner-lost sweep).
+        agent_api.channel.ownership = telephony.ownership
 
     async def on_stop() -> None:
         if telephony.sweeper is not None:
@@ -129,8 +138,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_problem_handlers(app)
     install(app, surface)
+    app.include_router(build_agent_router(agent_api))
     telephony = install_voice(app, surface, calls)
-    publish(app, BODIES)
+    publish(app, {**BODIES, **AGENT_BODIES})
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:

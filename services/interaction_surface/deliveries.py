@@ -18,6 +18,9 @@ after its id, in a task of its own so an urgent one can still cut in. A clean ma
 the message in history + `delivery.spoken`; a clear or a hang-up → `delivery.unheard`
 with the played milliseconds (nothing in history), and the policy requeues it shorter.
 
+An external agent (Agent API, `agent_channel.py`) is a channel like a call: a handed-over
+delivery is pushed to its WebSocket and settled by its acknowledgements.
+
 Several surfaces: the deliveries consumer is shared, so a delivery handed over for a call
 may reach a process that does not hold the call. That process leaves it alone while the
 call's owner is alive (`CallOwnership`); the owner watches its calls' sessions and speaks
@@ -60,6 +63,7 @@ from .projections import Entry, SurfaceView
 from .settings import Settings
 
 if TYPE_CHECKING:
+    from .agent_channel import AgentChannel
     from .telephony import Call, CallOwnership, CallRegistry
 
 log = logging.getLogger(__name__)
@@ -94,6 +98,8 @@ class DeliveryExecutor:
         # Set once voice starts; without it every call is taken to be alive (one process).
         self.ownership: CallOwnership | None = None
         self._watchers: set[asyncio.Task[None]] = set()
+        # The Agent API's channel (agent_channel.py), set when the surface starts.
+        self.agent: AgentChannel | None = None
 
     async def on_delivery(self, received: Received[DeliveryEvent]) -> None:
         """Consumer handler: act on the delivery's current state."""
@@ -110,16 +116,26 @@ class DeliveryExecutor:
             if state is None or delivery_id in self._speaking:
                 return
             call = self._calls.get(state.session_id) if self._calls is not None else None
+            agent = self.agent
             try:
                 if state.handed_off and call is not None:
                     await self._speak(state, call)
                 elif state.handed_off and await self._live_calls(state.session_id):
                     # Another surface holds the call: its watcher says it.
                     return
+                elif state.handed_off and agent is not None and agent.serves(state.session_id):
+                    # An external agent is the channel: pushed to it, or back to pending.
+                    await agent.hand_over(state)
                 elif state.handed_off:
                     await self._send(state)
                 elif state.status is DeliveryStatus.SENT and self._sent_on_voice(state):
                     await self._orphaned(state)
+                elif (
+                    state.status is DeliveryStatus.SENT
+                    and agent is not None
+                    and agent.sent_on_agent(state)
+                ):
+                    await agent.orphaned(state)
                 elif state.status is DeliveryStatus.SENT:
                     await self._finish(state)
             except ConcurrencyConflict:
@@ -272,10 +288,11 @@ class DeliveryExecutor:
 
     async def sweep(self) -> int:
         """Settle deliveries left `sent` on calls nobody holds any more; how many were looked at."""
+        agent = self.agent
         stuck = [
             d.delivery_id for d in list(self._view.deliveries.states.values())
             if d.status is DeliveryStatus.SENT and d.delivery_id not in self._speaking
-            and self._sent_on_voice(d)
+            and (self._sent_on_voice(d) or (agent is not None and agent.sent_on_agent(d)))
         ]
         for delivery_id in stuck:
             try:
@@ -332,6 +349,18 @@ class DeliveryExecutor:
                 raise TurnStillOpen(state.delivery_id)
             await self._view.wait_session_change(state.session_id, min(remaining, 1.0))
 
+    async def write_message(self, state: DeliveryState) -> None:
+        """The closing in history, once (the agent channel writes it on `spoken`)."""
+        await self._write_message(state)
+
+    async def append_interaction(self, env: Envelope[Any], msg_id: str) -> None:
+        """An interaction event written once under `msg_id`."""
+        await self._append_interaction(env, msg_id)
+
+    async def append_delivery(self, state: DeliveryState, event: DeliveryEvent) -> int:
+        """A delivery event with the delivery's expected sequence; its stream sequence."""
+        return await self._append(state, event)
+
     async def _write_message(self, state: DeliveryState) -> None:
         env = Envelope(
             event_id=new_id("ev"),
@@ -363,7 +392,7 @@ class DeliveryExecutor:
         session = self._view.session(state.session_id)
         return session.agent if session is not None else state.agent
 
-    async def _append(self, state: DeliveryState, event: DeliveryEvent) -> None:
+    async def _append(self, state: DeliveryState, event: DeliveryEvent) -> int:
         env = Envelope(
             event_id=new_id("ev"),
             occurred_at=_now(),
@@ -383,3 +412,4 @@ class DeliveryExecutor:
         )
         metrics.EVENTS_PUBLISHED.labels(stream="deliveries").inc()
         await self._view.wait_applied(Context.DELIVERIES, ack.seq)
+        return ack.seq

@@ -1,0 +1,215 @@
+"""The Agent API: tool-call request → response, and last commit → `delivery.say` received.
+
+`.venv/bin/python -m bench.agent_api` starts its own broker and every service on free
+localhost ports and drives them with `holdline.client` only, as an external agent would.
+Each tool-call request is one `provision_access` of a fresh resource (one operation, one
+batch), and every session keeps its agent WebSocket open and acknowledges each closing
+`spoken`, so the closings really travel the whole path.
+
+- single: one session, sequential requests with a small gap: the unloaded floor.
+- paced (open loop): N sessions, each sending a request every P seconds ± jitter; latency
+  counts from the *scheduled* send (no coordinated omission).
+- closed loop: N sessions back to back, to show capacity.
+- commit → say: for every closing received, from the `occurred_at` of the batch's last
+  `operation.committed` (the worker's clock) to the moment the agent read the frame (same
+  machine, same clock), read back from the session timelines after the run.
+
+Results go to `bench/results/agent_api.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import random
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from bench.common import machine, percentiles_ms
+from holdline.client import AgentStream, HoldlineClient, SessionClient, ToolCall
+from tests.support.processes import Broker
+from tests.surface.stack import SurfaceStack
+
+RESULTS = Path(__file__).parent / "results" / "agent_api.json"
+
+
+class Agent:
+    """One session with its agent stream; records when each closing arrived."""
+
+    def __init__(self, session: SessionClient) -> None:
+        self.session = session
+        self.stream: AgentStream | None = None
+        self.received: dict[str, float] = {}
+        self.expected = 0
+        self._progress = asyncio.Event()
+        self._reader: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        self.stream = self.session.agent_stream()
+        await self.stream.__aenter__()
+        self._reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        assert self.stream is not None
+        async for say in self.stream:
+            self.received[say.delivery_id] = time.time()
+            self._progress.set()
+            await self.stream.ack(say.delivery_id, "spoken")
+
+    async def call(self) -> float:
+        """One request; its round trip in seconds."""
+        name = f"b{uuid.uuid4().hex[:12]}"
+        started = time.perf_counter()
+        await self.session.tool_calls(
+            [ToolCall(tool_call_id=f"c-{name}", name="provision_access",
+                      arguments={"accesses": [name]})]
+        )
+        self.expected += 1
+        return time.perf_counter() - started
+
+    async def drained(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while len(self.received) < self.expected and time.monotonic() < deadline:
+            self._progress.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._progress.wait(), deadline - time.monotonic())
+
+    async def stop(self) -> None:
+        if self._reader is not None:
+            self._reader.cancel()
+        if self.stream is not None:
+            await self.stream.aclose()
+
+    async def commit_to_say(self) -> list[float]:
+        """Seconds from each batch's last commit to the agent reading its closing."""
+        timeline = (await self.session.timeline())["events"]
+        last_commit: dict[str, float] = {}
+        for event in timeline:
+            if event["type"] == "operation.committed" and event.get("batch_id"):
+                at = datetime.fromisoformat(event["occurred_at"]).timestamp()
+                last_commit[event["batch_id"]] = max(last_commit.get(event["batch_id"], 0), at)
+        gaps = []
+        for event in timeline:
+            if event["type"] == "delivery.ready" and event.get("delivery_id") in self.received:
+                committed = last_commit.get(event.get("batch_id", ""))
+                if committed is not None:
+                    gaps.append(self.received[event["delivery_id"]] - committed)
+        return gaps
+
+
+async def _agents(hl: HoldlineClient, n: int) -> list[Agent]:
+    agents = []
+    for _ in range(n):
+        session = await hl.create_session(user_id=f"b-{uuid.uuid4().hex[:8]}", tenant_id="acme")
+        agent = Agent(session)
+        await agent.start()
+        agents.append(agent)
+    return agents
+
+
+async def _run(
+    url: str, sessions: int, mode: str, calls: int, *, period: float = 0.0,
+    jitter: float = 0.0, rng: random.Random | None = None,
+) -> dict[str, Any]:
+    rng = rng or random.Random(0)  # noqa: S311 - jitter of a load generator, not a secret
+    async with HoldlineClient(url, timeout_s=60.0) as hl:
+        agents = await _agents(hl, sessions)
+        latencies: list[float] = []
+        started = time.perf_counter()
+
+        async def drive(agent: Agent) -> None:
+            if mode != "paced":
+                for _ in range(calls):
+                    latencies.append(await agent.call())
+                    if mode == "single":
+                        await asyncio.sleep(0.1)
+                return
+            loop = asyncio.get_running_loop()
+            first = loop.time() + rng.uniform(0, period)
+            for index in range(calls):
+                scheduled = first + (index + rng.uniform(-jitter, jitter)) * period
+                await asyncio.sleep(max(0.0, scheduled - loop.time()))
+                await agent.call()
+                # From the scheduled send: a request held back by the previous one counts.
+                latencies.append(loop.time() - scheduled)
+
+        await asyncio.gather(*(drive(a) for a in agents))
+        elapsed = time.perf_counter() - started
+        for agent in agents:
+            await agent.drained(30.0)
+        gaps = [g for agent in agents for g in await agent.commit_to_say()]
+        received = sum(len(a.received) for a in agents)
+        expected = sum(a.expected for a in agents)
+        for agent in agents:
+            await agent.stop()
+    return {
+        "sessions": sessions,
+        "mode": mode,
+        "requests": len(latencies),
+        "requests_per_s": round(len(latencies) / elapsed, 1),
+        "tool_call": percentiles_ms(latencies),
+        "commit_to_say": percentiles_ms(gaps),
+        "closings_received": received,
+        "closings_expected": expected,
+        **({"period_s": period} if mode == "paced" else {}),
+    }
+
+
+def main() -> None:
+    """Start the stack, measure, write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--single-calls", type=int, default=40)
+    parser.add_argument("--sessions", type=int, default=50)
+    parser.add_argument("--paced-calls", type=int, default=6, help="per session")
+    parser.add_argument("--period", type=float, default=2.0)
+    parser.add_argument("--jitter", type=float, default=0.3)
+    parser.add_argument("--closed-calls", type=int, default=3, help="per session")
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)  # noqa: S311 - jitter of a load generator, not a secret
+    with tempfile.TemporaryDirectory(prefix="holdline-bench-") as tmp:
+        root = Path(tmp)
+        broker = Broker(store=root / "nats")
+        broker.start()
+        stack = SurfaceStack(
+            nats_url=broker.url, prefix=f"bench{uuid.uuid4().hex[:6]}", logs=root,
+            env={"HOLDLINE_LOG_LEVEL": "WARNING", "HOLDLINE_DELIVERY_WINDOW_MS": "30000"},
+            surface_env={"HOLDLINE_RATE_SESSION": "1000/1000"},
+        )
+        try:
+            stack.start()
+            single = asyncio.run(_run(stack.url, 1, "single", args.single_calls))
+            paced = asyncio.run(
+                _run(stack.url, args.sessions, "paced", args.paced_calls, period=args.period,
+                     jitter=args.jitter, rng=rng)
+            )
+            closed = asyncio.run(_run(stack.url, args.sessions, "closed", args.closed_calls))
+        finally:
+            stack.stop()
+            broker.stop()
+    result = {
+        "benchmark": "agent_api",
+        "what": (
+            "POST /v1/sessions/{id}/tool-calls round trip with holdline.client (one operation "
+            "per request), and last operation.committed → delivery.say read by the agent"
+        ),
+        "at": datetime.now(UTC).isoformat(),
+        "machine": machine(),
+        "single": single,
+        "paced": paced,
+        "closed": closed,
+        "target": "tool-call p99 <= 20 ms at 50 sessions on a 2-core machine",
+    }
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
