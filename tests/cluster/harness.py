@@ -75,6 +75,8 @@ class Conversations:
     batches: dict[str, Chat] = field(default_factory=dict)
     clients: list[httpx.AsyncClient] = field(default_factory=list)
     latency_ms: int = PROVIDER_LATENCY_MS
+    # Sessions driven through the Agent API (tool calls; closings fetched and attached).
+    agents: set[str] = field(default_factory=set)
 
     async def __aenter__(self) -> Conversations:
         self.clients = [
@@ -116,28 +118,83 @@ class Conversations:
         self.batches[batch] = chat
         return batch
 
-    async def say(self, chat: Chat, text: str, timeout_s: float = 30.0) -> dict[str, Any]:
-        """A turn, repeated under its `client_turn_id` while the surface answers 503 (what a
-        client does during an election: the repeat is answered once, never run twice)."""
-        body = {"text": text, "client_turn_id": f"ct-{uuid.uuid4().hex[:12]}"}
+    async def open_agents(self, count: int) -> list[Chat]:
+        """`count` sessions an external agent drives through the Agent API."""
+        opened = await self.open(count)
+        self.agents.update(c.session_id for c in opened)
+        return opened
+
+    async def call_tools(self, chat: Chat, *, other_surface: bool = False) -> str:
+        """One Agent API request of two tool calls (one batch, held by provider latency)."""
+        names = [unique("box") for _ in range(2)]
+        for name in names:
+            await self._fault(match=name, latency_ms=self.latency_ms, times=1)
+        speaker = self.other(chat) if other_surface else chat
+        body = {
+            "calls": [
+                {"tool_call_id": f"tc-{uuid.uuid4().hex[:10]}", "name": "provision_access",
+                 "arguments": {"accesses": [name]}}
+                for name in names
+            ]
+        }
+        answer = await self._post(speaker, f"/v1/sessions/{chat.session_id}/tool-calls", body)
+        self.acked.turns[answer["turn_id"]] = chat.session_id
+        for result in answer["results"]:
+            for op in result["operations"]:
+                self.acked.operations[op["operation_id"]] = chat.session_id
+        batch = str(answer["batch_id"])
+        self.batches[batch] = chat
+        return batch
+
+    async def _post(
+        self, chat: Chat, path: str, body: dict[str, Any], timeout_s: float = 30.0
+    ) -> dict[str, Any]:
+        # Repeated while the surface answers 503 (an election): tool_call_ids and
+        # client_turn_ids make the repeat answer once, never run twice.
         deadline = time.monotonic() + timeout_s
         while True:
-            response = await chat.client.post(
-                f"/v1/sessions/{chat.session_id}/turns", json=body, headers=chat.auth
-            )
+            response = await chat.client.post(path, json=body, headers=chat.auth)
             if response.status_code != 503 or time.monotonic() >= deadline:
                 break
-            self.acked.requests["turn_503"] += 1
+            self.acked.requests["request_503"] += 1
             await asyncio.sleep(0.5)
         assert response.status_code == 200, response.text
         answer: dict[str, Any] = response.json()
         return answer
 
+    async def _attach(self, chat: Chat, delivery_id: str) -> None:
+        """What an agent does with an update it found no moment to say: it fetches the
+        pending updates and attaches this one to its next model turn."""
+        response = await chat.client.get(
+            f"/v1/sessions/{chat.session_id}/pending", headers=chat.auth
+        )
+        if response.status_code != 200:
+            return
+        if delivery_id not in {d["delivery_id"] for d in response.json()["deliveries"]}:
+            return
+        await chat.client.post(
+            f"/v1/sessions/{chat.session_id}/deliveries/{delivery_id}/ack",
+            json={"status": "attached", "turn_id": f"agent-{delivery_id[-8:]}"},
+            headers=chat.auth,
+        )
+
+    async def say(self, chat: Chat, text: str, timeout_s: float = 30.0) -> dict[str, Any]:
+        """A turn, repeated under its `client_turn_id` while the surface answers 503 (what a
+        client does during an election: the repeat is answered once, never run twice)."""
+        body = {"text": text, "client_turn_id": f"ct-{uuid.uuid4().hex[:12]}"}
+        return await self._post(chat, f"/v1/sessions/{chat.session_id}/turns", body, timeout_s)
+
     async def ask_all(self, chats: list[Chat], **options: Any) -> list[str]:
-        """One batch in every chat, turns alternating between the surfaces."""
+        """One batch in every session (a chat turn, or tool calls for an agent's session),
+        alternating between the surfaces."""
         return list(
             await asyncio.gather(
-                *(self.ask(c, other_surface=i % 2 == 1, **options) for i, c in enumerate(chats))
+                *(
+                    self.call_tools(c, other_surface=i % 2 == 1)
+                    if c.session_id in self.agents
+                    else self.ask(c, other_surface=i % 2 == 1, **options)
+                    for i, c in enumerate(chats)
+                )
             )
         )
 
@@ -160,6 +217,9 @@ class Conversations:
             finals = [
                 d for d in snap["deliveries"] if d["batch_id"] == batch and d["kind"] == "final"
             ]
+            if finals and finals[0]["status"] != "delivered" and chat.session_id in self.agents:
+                await self._attach(self.other(chat), finals[0]["delivery_id"])
+                return None
             if not finals or finals[0]["status"] != "delivered":
                 return None
             response = await chat.client.get(

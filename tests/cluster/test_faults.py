@@ -1,13 +1,16 @@
 """Broker nodes killed, paused and wiped under live conversations on both surfaces.
 
-Every test drives batches (each effect held by provider latency, so they are in flight when
-the fault strikes) over both surfaces, injects one fault into the cluster, and ends with the
-same checks: every batch closes exactly once, one provider effect per committed intent,
-everything a surface answered 2xx for is in the streams, live projections on both surfaces
-equal the ones rebuilt from a fresh replay; and every stream is back to three current
-replicas. A `kill -9` of the node leading the operations stream, found through the stream
-info API, costs a Raft election (nats-server's timeout is 4-9 s, randomised, not
-configurable); the kill of a node that only carries client connections costs a reconnect.
+Chat sessions take turns and Agent API sessions post tool calls (and attach the closings
+they fetch as pending updates), each alternating between the two surfaces; every effect is
+held by provider latency, so batches are in flight when the fault strikes. Every test
+injects one fault into the cluster and ends with the same checks: every batch closes
+exactly once, one provider effect per committed intent, everything a surface answered 2xx
+for is in the streams, live projections on both surfaces equal the ones rebuilt from a
+fresh replay; and every stream is back to three current replicas. A `kill -9` of the node
+leading the operations stream, found through the stream info API, costs a Raft election
+(nats-server's timeout is 4-9 s, randomised, not configurable); the kill of a node that
+only carries client connections costs a reconnect, plus the elections of whatever else it
+led.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ from .harness import (
 # The target is latency + 5 s; an election alone may take 9 s, so the bound is wider and the
 # measured figures are printed (and reported by bench/cluster.py).
 CLOSE_BOUND_S = PROVIDER_LATENCY_MS / 1000 + 20.0
-SESSIONS = 4
+SESSIONS = 3
+AGENTS = 2
 
 
 async def _connections(cluster: Cluster) -> dict[str, list[str]]:
@@ -60,7 +64,7 @@ async def test_sessions_on_both_surfaces_close_once_and_agree(
     info = await cluster.stream_info(Topology(system.prefix).stream_name(Context.OPERATIONS))
     assert info.config.num_replicas == 3
     async with Conversations(system) as conv:
-        chats = await conv.open(SESSIONS)
+        chats = await conv.open(SESSIONS) + await conv.open_agents(AGENTS)
         await conv.ask_all(chats)
         _assert_clean(await check_everything(conv, cluster))
 
@@ -71,7 +75,7 @@ async def test_kill_of_the_operations_leader_mid_batch(
 ) -> None:
     stream = Topology(system.prefix).stream_name(Context.OPERATIONS)
     async with Conversations(system) as conv:
-        chats = await conv.open(SESSIONS)
+        chats = await conv.open(SESSIONS) + await conv.open_agents(AGENTS)
         leader = await cluster.leader(stream)
         batches = await conv.ask_all(chats)
         killed_at = now()
@@ -119,7 +123,7 @@ async def test_kill_of_the_node_services_use_then_back_with_an_empty_disk(
 ) -> None:
     stream = Topology(system.prefix).stream_name(Context.OPERATIONS)
     async with Conversations(system) as conv:
-        chats = await conv.open(SESSIONS)
+        chats = await conv.open(SESSIONS) + await conv.open_agents(AGENTS)
         await conv.ask_all(chats)  # traffic before, so every service holds a connection
         leader = await cluster.leader(stream)
         conns = await _connections(cluster)
@@ -157,7 +161,7 @@ async def test_pause_of_the_operations_leader_past_the_election_timeout(
 ) -> None:
     stream = Topology(system.prefix).stream_name(Context.OPERATIONS)
     async with Conversations(system) as conv:
-        chats = await conv.open(SESSIONS)
+        chats = await conv.open(SESSIONS) + await conv.open_agents(AGENTS)
         leader = await cluster.leader(stream)
         batches = await conv.ask_all(chats)
         paused_at = now()
