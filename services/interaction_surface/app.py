@@ -107,6 +107,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await load_view.caught_up.wait()
         registry = default_registry()
         metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
+        metrics.initialise_deliveries()
         admission = Admission(
             js, runtime.topology, registry, load_view, runtime.bucket("intents")
         )

@@ -11,6 +11,7 @@ from fastapi.responses import JSONResponse, Response
 
 from libs import metrics, tracing
 from libs.bus import Context, DurableConsumer
+from libs.domain import TERMINAL
 from libs.events import OPERATIONS, WORK
 from libs.problems import install_problem_handlers, problem
 from libs.service import Runtime, create_service_app
@@ -42,7 +43,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Calls to the system of record carry the operation's trace (a no-op while tracing is off).
     client.event_hooks["request"].append(tracing.inject_headers)
     registry = default_registry(client)
-    metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
+    metrics.initialise_tools(
+        (t.name for t in registry.tools(include_internal=True)), [s.value for s in TERMINAL]
+    )
     holder: dict[str, Worker] = {}
 
     def worker(runtime: Runtime) -> Worker:

@@ -56,6 +56,7 @@ def _assert_clean(verdict: Any) -> None:
     assert not verdict.violations, verdict.violations[:10]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_sessions_on_both_surfaces_close_once_and_agree(
     cluster: Cluster, system: SurfaceStack
@@ -69,6 +70,7 @@ async def test_sessions_on_both_surfaces_close_once_and_agree(
         _assert_clean(await check_everything(conv, cluster))
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 async def test_kill_of_the_operations_leader_mid_batch(
     cluster: Cluster, system: SurfaceStack
@@ -117,6 +119,7 @@ async def _connections_of(cluster: Cluster, nodes: list[str]) -> dict[str, list[
     return found
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 async def test_kill_of_the_node_services_use_then_back_with_an_empty_disk(
     cluster: Cluster, system: SurfaceStack
@@ -155,6 +158,7 @@ async def test_kill_of_the_node_services_use_then_back_with_an_empty_disk(
         await settled(cluster, system.prefix)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(150)
 async def test_pause_of_the_operations_leader_past_the_election_timeout(
     cluster: Cluster, system: SurfaceStack

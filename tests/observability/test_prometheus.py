@@ -179,13 +179,14 @@ def _supervisor_rules_for_nodes(running: Running) -> None:
 def test_every_panel_query_runs_on_a_real_prometheus(tmp_path: Path, cluster: int) -> None:
     env = {**COMMON_ENV, "HOLDLINE_TURN_PHASES": "1", "HOLDLINE_DELIVERY_WINDOW_MS": "1500"}
     with holdline_run(tmp_path / "run", env, cluster=cluster) as running:
-        running.output.wait_for(r"services ready", 90)
-        running.wait_ready(30)
+        # Prometheus starts with the system (its first scrapes wait for target discovery).
         targets = _targets(running, bool(cluster))
         config = render(CLUSTER_CONFIG if cluster else LOCAL_CONFIG, targets)
         prometheus = Prometheus(tmp_path / "prometheus", config)
         prometheus.start()
         try:
+            running.output.wait_for(r"services ready", 90)
+            running.wait_ready(30)
             # Every target scraped once before the conversation, so rates see it move.
             want = sum(len(t) for t in targets.values())
             asyncio.run(eventually_sync(lambda: _all_up(prometheus, want), 30))
