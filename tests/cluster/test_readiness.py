@@ -60,6 +60,11 @@ async def test_a_stream_without_its_replicas_keeps_the_service_not_ready(
             assert (await http.get("/readyz")).status_code == 503
             assert "3 replica(s)" in str(body["detail"]), body
             assert (await http.get("/healthz")).status_code == 200
+            # Every other route: 503 problem+json until started, with a retry hint.
+            other = await http.get("/v1/anything")
+            assert other.status_code == 503
+            assert other.headers["content-type"] == "application/problem+json"
+            assert other.headers["retry-after"] == "1"
         assert proc.proc is not None
         assert proc.proc.poll() is None  # waiting, not crashed
     finally:
