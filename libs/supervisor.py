@@ -36,10 +36,10 @@ SERVICES: tuple[tuple[str, str, int], ...] = (
     ("interaction_surface", "INTERACTION_SURFACE", 8080),
 )
 
-# The extra processes of `--cluster`: (child name, package, port env, default port, env).
-CLUSTER_EXTRA: tuple[tuple[str, str, str, int, dict[str, str]], ...] = (
-    ("operation-worker-2", "operation_worker", "OPERATION_WORKER_2", 8094, {}),
-    ("interaction-surface-2", "interaction_surface", "INTERACTION_SURFACE_2", 8081, {}),
+# The second copies `--cluster` runs: (child name, package, its port variable, default port).
+CLUSTER_EXTRA: tuple[tuple[str, str, str, int], ...] = (
+    ("operation-worker-2", "operation_worker", "OPERATION_WORKER_2", 8094),
+    ("interaction-surface-2", "interaction_surface", "INTERACTION_SURFACE_2", 8081),
 )
 PARTITIONED = ("batch_coordinator", "delivery_policy")
 # Ports of partition 1 of the partitioned services (partition 0 keeps the usual port).
@@ -197,10 +197,10 @@ class Supervisor:
                 continue
             self._service(name, package, env, prefix, port)
         if self.cluster:
-            for name, package, prefix, default_port, extra in CLUSTER_EXTRA:
+            for name, package, prefix, default_port in CLUSTER_EXTRA:
                 port = env_int(f"{prefix}_PORT", default_port)
                 base = prefix.removesuffix("_2")
-                extra_env = {**env, **extra, f"{base}_PORT": str(port)}
+                extra_env = {**env, f"{base}_PORT": str(port)}
                 if package == "operation_worker" and env.get("HOLDLINE_WORKER_ID"):
                     extra_env["HOLDLINE_WORKER_ID"] = f"{env['HOLDLINE_WORKER_ID']}-2"
                 self._service(name, package, extra_env, base, port)
