@@ -34,3 +34,11 @@ def system(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield stack
     finally:
         stack.stop()
+
+
+@pytest.fixture(autouse=True)
+def healed(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Whatever a cluster test did (or left, failing), the next starts with three nodes up."""
+    yield
+    if "cluster" in request.fixturenames:
+        request.getfixturevalue("cluster").heal()

@@ -52,6 +52,12 @@ class Broker:
     log_path: Path | None = None
     # More command-line options (a cluster node's name and routes).
     args: tuple[str, ...] = ()
+    paused: bool = False
+
+    @property
+    def running(self) -> bool:
+        """Started, not exited, not paused."""
+        return self.proc is not None and self.proc.poll() is None and not self.paused
 
     @property
     def url(self) -> str:
@@ -87,11 +93,13 @@ class Broker:
         """SIGSTOP: the node keeps its sockets open and answers nothing."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGSTOP)
+            self.paused = True
 
     def resume(self) -> None:
         """SIGCONT after `pause`."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
 
     def stop(self) -> None:
         """Stop the server if it runs."""
