@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import sys
 from pathlib import Path
 
 import httpx
 import pytest
+from nats.js import JetStreamContext
 
 from libs.config import BusSettings, nats_servers
 from tests.support.processes import Broker, ServiceProcess, free_port
@@ -69,3 +74,31 @@ async def test_a_stream_without_its_replicas_keeps_the_service_not_ready(
         assert proc.proc.poll() is None  # waiting, not crashed
     finally:
         proc.kill9()
+
+
+@pytest.mark.timeout(60)
+async def test_the_operator_cli_takes_several_seeds(
+    broker: Broker, js: JetStreamContext, prefix: str
+) -> None:
+    # The first seed is dead: the command connects through the second, reads, exits 0.
+    env = {
+        **os.environ,
+        "NATS_URL": f"nats://127.0.0.1:{free_port()}, {broker.url}",
+        "HOLDLINE_PREFIX": prefix,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "libs.cli", "rebuild", "operations", "--json",
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0, err.decode()
+    assert json.loads(out)["projection"] == "operations"
+    # A seed list naming no broker is refused with a reason, before any connection.
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "libs.cli", "rebuild", "operations",
+        env={**env, "NATS_URL": " , "}, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    _, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 1
+    assert "NATS_URL names no broker" in err.decode()
