@@ -4,7 +4,7 @@ SHELL := /bin/bash
 BIN := .venv/bin
 PYTEST_ARGS ?=
 
-.PHONY: help venv run run-cluster test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-voice bench-cluster chaos dashboards clean
+.PHONY: help venv run run-cluster test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster chaos dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
@@ -50,6 +50,9 @@ bench-coordination: venv
 
 bench-acceptance: venv
 	$(BIN)/python -m bench.acceptance
+
+bench-agent-api: venv
+	$(BIN)/python -m bench.agent_api
 
 bench-voice: venv
 	$(BIN)/python -m bench.voice

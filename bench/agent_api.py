@@ -12,9 +12,12 @@ batch), and every session keeps its agent WebSocket open and acknowledges each c
 - closed loop: N sessions back to back, to show capacity.
 - commit → say: for every closing received, from the `occurred_at` of the batch's last
   `operation.committed` (the worker's clock) to the moment the agent read the frame (same
-  machine, same clock), read back from the session timelines after the run.
+  machine, same clock), read back from the session timelines after the run; and from its
+  `delivery.sent` (the surface's own part: append, view, frame) to the same moment.
 
-Results go to `bench/results/agent_api.json`.
+Each run also reports where a request's time went inside the surface (mean per phase of
+`holdline_turn_phase_seconds`, the surface run with `HOLDLINE_TURN_PHASES=1`; `turn_handled`
+is the whole request). Results go to `bench/results/agent_api.json`.
 """
 
 from __future__ import annotations
@@ -31,6 +34,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
+
+from bench.acceptance import _phases, _scrape
 from bench.common import machine, percentiles_ms
 from holdline.client import AgentStream, HoldlineClient, SessionClient, ToolCall
 from tests.support.processes import Broker
@@ -86,9 +92,16 @@ class Agent:
         if self.stream is not None:
             await self.stream.aclose()
 
-    async def commit_to_say(self) -> list[float]:
-        """Seconds from each batch's last commit to the agent reading its closing."""
+    async def commit_to_say(self) -> tuple[list[float], list[float]]:
+        """Seconds from each batch's last commit, and from its `delivery.sent` (the surface's
+        own part), to the agent reading its closing."""
         timeline = (await self.session.timeline())["events"]
+        sent: dict[str, float] = {}
+        for event in timeline:
+            if event["type"] == "delivery.sent" and event.get("delivery_id") in self.received:
+                at = datetime.fromisoformat(event["occurred_at"]).timestamp()
+                sent[event["delivery_id"]] = at
+        pushes = [self.received[d] - at for d, at in sent.items()]
         last_commit: dict[str, float] = {}
         for event in timeline:
             if event["type"] == "operation.committed" and event.get("batch_id"):
@@ -100,7 +113,7 @@ class Agent:
                 committed = last_commit.get(event.get("batch_id", ""))
                 if committed is not None:
                     gaps.append(self.received[event["delivery_id"]] - committed)
-        return gaps
+        return gaps, pushes
 
 
 async def _agents(hl: HoldlineClient, n: int) -> list[Agent]:
@@ -118,9 +131,10 @@ async def _run(
     jitter: float = 0.0, rng: random.Random | None = None,
 ) -> dict[str, Any]:
     rng = rng or random.Random(0)  # noqa: S311 - jitter of a load generator, not a secret
-    async with HoldlineClient(url, timeout_s=60.0) as hl:
+    async with HoldlineClient(url, timeout_s=60.0) as hl, httpx.AsyncClient(base_url=url) as raw:
         agents = await _agents(hl, sessions)
         latencies: list[float] = []
+        before = await _scrape(raw)
         started = time.perf_counter()
 
         async def drive(agent: Agent) -> None:
@@ -141,9 +155,13 @@ async def _run(
 
         await asyncio.gather(*(drive(a) for a in agents))
         elapsed = time.perf_counter() - started
+        # Where a request's time went inside the surface (HOLDLINE_TURN_PHASES=1).
+        phases = _phases(before, await _scrape(raw), len(latencies))
         for agent in agents:
             await agent.drained(30.0)
-        gaps = [g for agent in agents for g in await agent.commit_to_say()]
+        measured = [await agent.commit_to_say() for agent in agents]
+        gaps = [g for found, _ in measured for g in found]
+        pushes = [p for _, found in measured for p in found]
         received = sum(len(a.received) for a in agents)
         expected = sum(a.expected for a in agents)
         for agent in agents:
@@ -155,8 +173,10 @@ async def _run(
         "requests_per_s": round(len(latencies) / elapsed, 1),
         "tool_call": percentiles_ms(latencies),
         "commit_to_say": percentiles_ms(gaps),
+        "sent_to_say": percentiles_ms(pushes),
         "closings_received": received,
         "closings_expected": expected,
+        "surface_phases": phases,
         **({"period_s": period} if mode == "paced" else {}),
     }
 
@@ -180,7 +200,7 @@ def main() -> None:
         stack = SurfaceStack(
             nats_url=broker.url, prefix=f"bench{uuid.uuid4().hex[:6]}", logs=root,
             env={"HOLDLINE_LOG_LEVEL": "WARNING", "HOLDLINE_DELIVERY_WINDOW_MS": "30000"},
-            surface_env={"HOLDLINE_RATE_SESSION": "1000/1000"},
+            surface_env={"HOLDLINE_RATE_SESSION": "1000/1000", "HOLDLINE_TURN_PHASES": "1"},
         )
         try:
             stack.start()

@@ -195,13 +195,15 @@ class AgentStream:
             try:
                 async with connect(self._url(), proxy=None, open_timeout=5) as ws:
                     await self._opened(ws)
-                    delay = self._backoff_s
-                    down_since = None
                     await self._read(ws)
             except InvalidStatus as exc:
                 status = exc.response.status_code
-                if status in (401, 403, 404):
-                    await self._fail(HoldlineError(status, "refused", "agent stream refused"))
+                if 400 <= status < 500 and status != 429:
+                    # The request itself is wrong (token, session, `after`): retrying won't help.
+                    body = exc.response.body or b""
+                    await self._fail(HoldlineError(
+                        status, "refused", "agent stream refused", body.decode(errors="replace")
+                    ))
                     return
             except ConnectionClosed as exc:
                 code = exc.rcvd.code if exc.rcvd is not None else 1006
@@ -212,6 +214,10 @@ class AgentStream:
             except (OSError, WebSocketException, TimeoutError) as exc:
                 log.debug("agent stream: %r; reconnecting", exc)
             finally:
+                if self._connected.is_set():
+                    # It was up (the server said hello): the next outage starts from scratch.
+                    delay = self._backoff_s
+                    down_since = None
                 self._ws = None
                 self._connected.clear()
             if self._stopped():

@@ -44,6 +44,9 @@ WAITING_DECISIONS = frozenset({"wait_for_quiet", "after_playback", "attach_next_
 # Decisions that hand the delivery to the interaction surface to say it now.
 SAY_NOW_DECISIONS = frozenset({"deliver_now", "interrupt"})
 _WAITING_DECISIONS = WAITING_DECISIONS
+# Unheard because nothing ever started playing it (an agent channel that was gone): not an
+# attempt that was cut, so it does not use up the retries before next-turn resync.
+UNCOUNTED_UNHEARD = frozenset({"not_started"})
 
 
 class IllegalDeliveryTransition(Exception):
@@ -139,7 +142,10 @@ def evolve(state: DeliveryState | None, env: Envelope[DeliveryEvent]) -> Deliver
         case DeliverySpoken() if status is D.SENT:
             return replace(bumped, status=D.SPOKEN)
         case DeliveryUnheard(reason=reason) if status is D.SENT:
-            return replace(bumped, status=D.UNHEARD, reason=reason, unheard=state.unheard + 1)
+            counted = 0 if reason.partition(":")[0] in UNCOUNTED_UNHEARD else 1
+            return replace(
+                bumped, status=D.UNHEARD, reason=reason, unheard=state.unheard + counted
+            )
         case DeliveryRequeued(text=text, reason=reason) if status is D.UNHEARD:
             return replace(
                 bumped,

@@ -302,7 +302,6 @@ def _write_routes(router: APIRouter, api: AgentApi) -> None:
         return JSONResponse(answer)
 
 
-
 def _ws_route(router: APIRouter, api: AgentApi) -> None:
     surface = api.surface
 
@@ -322,8 +321,8 @@ def _ws_route(router: APIRouter, api: AgentApi) -> None:
             return
         await websocket.accept()
         conn = AgentConnection(session_id, new_id("agent"), websocket, after)
-        await api.channel.connect(conn)
         try:
+            await api.channel.connect(conn)
             await conn.send(
                 HelloFrame(session_id=session_id, connection_id=conn.connection_id, after=after)
             )

@@ -82,6 +82,8 @@ _DROPPED = frozenset({DeliveryStatus.SUPPRESSED, DeliveryStatus.SUPERSEDED})
 # WebSocket close codes: 4000 + the HTTP status it stands for.
 CLOSE_REPLACED = 4409
 CLOSE_GONE = 4404
+# "Try again later": the client reconnects (and resumes) at once.
+CLOSE_RECONNECT = 1013
 
 
 class AckRefused(Exception):
@@ -264,6 +266,10 @@ class AgentChannel:
         for connection_id in others:
             if await self._alive(connection_id):
                 return  # the surface holding it pushes it (its watcher)
+        # Its surface died: record the loss first, so the policy stops deciding for an agent
+        # it believes attached, then give the closing back (`not_started` uses no retry).
+        for connection_id in others:
+            await self._record_gone(state.session_id, connection_id, "owner_lost")
         await self._not_said(state, "not_started: no agent connected")
 
     async def _push(self, state: DeliveryState, conn: AgentConnection) -> None:
@@ -347,16 +353,18 @@ class AgentChannel:
                 self.registry.detach(local)
                 await local.close(CLOSE_REPLACED, "replaced by a newer agent connection")
             await self.gone(session_id, connection_id, "replaced")
+        # Held (here and in the shared bucket) before anyone can see it attached, so another
+        # surface that picks a closing up finds it alive and leaves it to this one.
+        self.registry.attach(conn)
+        ownership = self._ownership()
+        if ownership is not None:
+            await ownership.claim(conn.connection_id)
         await self.surface.append_interaction(
             session_id,
             ChannelConnected(channel="agent", connection_id=conn.connection_id),
             expect=False,
             agent=session.agent if session else None,
         )
-        self.registry.attach(conn)
-        ownership = self._ownership()
-        if ownership is not None:
-            await ownership.claim(conn.connection_id)
         conn.watcher = asyncio.create_task(self._watch(conn))
 
     async def disconnect(self, conn: AgentConnection, reason: str = "closed") -> None:
@@ -394,6 +402,14 @@ class AgentChannel:
         # Several writers may notice the same loss (its socket, a newer connection, a sweep).
         await self._exec().append_interaction(env, f"agent-gone-{connection_id}")
 
+    def _gone_reason(self, session_id: str, connection_id: str) -> str | None:
+        found = self.view.log(session_id)
+        for entry in reversed(found.entries if found is not None else []):
+            event = entry.envelope.event
+            if isinstance(event, ChannelDisconnected) and event.connection_id == connection_id:
+                return event.reason
+        return None
+
     async def _retrying(self, step: Callable[[DeliveryState], Any], delivery_id: str) -> None:
         for _ in range(_RETRIES):
             state = self.view.deliveries.get(delivery_id)
@@ -415,7 +431,12 @@ class AgentChannel:
                 await conn.close(CLOSE_GONE, "the session is closed")
                 return
             if conn.connection_id not in session.connections:
-                await conn.close(CLOSE_REPLACED, "replaced by a newer agent connection")
+                # Replaced by a newer connection: that one serves the session. Recorded lost
+                # by another surface (this one looked dead): the agent should come back.
+                if self._gone_reason(session_id, conn.connection_id) == "replaced":
+                    await conn.close(CLOSE_REPLACED, "replaced by a newer agent connection")
+                else:
+                    await conn.close(CLOSE_RECONNECT, "reconnect: this connection was given up")
                 return
             for state in self.view.session_deliveries(session_id):
                 if state.handed_off:

@@ -29,6 +29,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ from libs.tools import ToolDeclaration, ToolRegistry
 
 from .auth import new_id
 from .conversation import tool_spec
+
+log = logging.getLogger(__name__)
 
 MAX_TOOL_CALL_ID_BYTES = 256
 CONFIRM_TOOL = "confirm_operation"
@@ -315,6 +318,7 @@ class ToolCalls:
         self._admission = admission
         self.registry = registry
         self._locks: dict[str, asyncio.Lock] = {}
+        self._storing: set[asyncio.Task[None]] = set()
 
     def _key(self, session_id: str, tool_call_id: str) -> str:
         return f"{session_id}.tc.{hashlib.sha256(tool_call_id.encode()).hexdigest()[:40]}"
@@ -333,7 +337,9 @@ class ToolCalls:
         fresh: list[Prepared] = []
         repeats: dict[str, str] = {}
         for call, key in zip(prepared, keys, strict=True):
-            if await self._claim(kv, key, pending):
+            with metrics.turn_phase("tool_calls_claim"):
+                claimed = await self._claim(kv, key, pending)
+            if claimed:
                 fresh.append(call)
             else:
                 repeats[call.tool_call_id] = key
@@ -349,16 +355,11 @@ class ToolCalls:
                     with contextlib.suppress(Exception):
                         await kv.delete(self._key(session.session_id, call.tool_call_id))
                 raise
-            stored = {"turn_id": turn_id, "batch_id": batch_id}
-            await asyncio.gather(*(
-                kv.put(
-                    self._key(session.session_id, call.tool_call_id),
-                    json.dumps(
-                        {"state": "answered", **stored, "result": answers[call.tool_call_id]}
-                    ).encode(),
-                )
-                for call in fresh
-            ))
+            # Stored after the answer is sent: a repeat meanwhile waits on the pending claim,
+            # and a crash before it is covered by the stale-claim takeover.
+            self._store(
+                kv, session.session_id, fresh, turn_id=turn_id, batch_id=batch_id, answers=answers
+            )
         first: dict[str, Any] | None = None
         for call_id, key in repeats.items():
             stored_answer = await self._stored(kv, key)
@@ -372,6 +373,38 @@ class ToolCalls:
             "batch_id": batch_id,
             "results": [answers[p.tool_call_id] for p in prepared],
         }
+
+    def _store(
+        self,
+        kv: Any,
+        session_id: str,
+        calls: list[Prepared],
+        *,
+        turn_id: str,
+        batch_id: str | None,
+        answers: dict[str, dict[str, Any]],
+    ) -> None:
+        async def store() -> None:
+            with metrics.turn_phase("tool_calls_store"):
+                await asyncio.gather(*(
+                    kv.put(
+                        self._key(session_id, call.tool_call_id),
+                        json.dumps({
+                            "state": "answered", "turn_id": turn_id, "batch_id": batch_id,
+                            "result": answers[call.tool_call_id],
+                        }).encode(),
+                    )
+                    for call in calls
+                ))
+
+        task = asyncio.create_task(store())
+        self._storing.add(task)
+        task.add_done_callback(self._stored_done)
+
+    def _stored_done(self, task: asyncio.Task[None]) -> None:
+        self._storing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("tool call answers not stored: %r", task.exception())
 
     async def _claim(self, kv: Any, key: str, pending: bytes) -> bool:
         """Take the id for this request; a pending claim older than a turn's timeout was left
@@ -423,21 +456,27 @@ class ToolCalls:
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         try:
             async with lock:
-                await self._surface.append_interaction(
-                    session_id,
-                    ToolCallsReceived(
-                        tool_call_ids=tuple(c.tool_call_id for c in calls),
-                        user_text=body.user_text,
-                    ),
-                    expect=False,
-                    turn_id=turn_id,
-                    response_id=body.response_id,
-                    agent=session.agent,
-                )
-                return await self._run(session, calls, turn_id)
+                with metrics.turn_phase("tool_calls_received"):
+                    await self._record(session, body, calls, turn_id)
+                with metrics.turn_phase("tool_calls_admission"):
+                    return await self._run(session, calls, turn_id)
         finally:
             if not lock.locked():
                 self._locks.pop(session_id, None)
+
+    async def _record(
+        self, session: SessionState, body: ToolCallsBody, calls: list[Prepared], turn_id: str
+    ) -> None:
+        await self._surface.append_interaction(
+            session.session_id,
+            ToolCallsReceived(
+                tool_call_ids=tuple(c.tool_call_id for c in calls), user_text=body.user_text
+            ),
+            expect=False,
+            turn_id=turn_id,
+            response_id=body.response_id,
+            agent=session.agent,
+        )
 
     async def _run(
         self, session: SessionState, calls: list[Prepared], turn_id: str

@@ -21,6 +21,14 @@ _BODIES: dict[tuple[str, str], dict[str, Any] | None] = {
     ("post", "/v1/sessions/{session_id}/turns"): {"text": "hello there"},
     ("post", "/v1/sessions/{session_id}/activity"): {"typing": True},
     ("post", "/v1/sessions/{session_id}/handoff"): {"agent": "billing"},
+    ("get", "/v1/sessions/{session_id}/tools"): None,
+    ("post", "/v1/sessions/{session_id}/tool-calls"): {
+        "calls": [{"tool_call_id": "c1", "name": "provision_access",
+                   "arguments": {"accesses": ["github"]}}]
+    },
+    ("post", "/v1/sessions/{session_id}/signals"): {"user_speaking": True},
+    ("get", "/v1/sessions/{session_id}/pending"): None,
+    ("post", "/v1/sessions/{session_id}/deliveries/{delivery_id}/ack"): {"status": "spoken"},
 }
 
 
@@ -41,7 +49,7 @@ async def _call(
     headers = {"Authorization": f"Bearer {token}"} if token else {}
     return await client.request(
         method.upper(),
-        path.format(session_id=session_id),
+        path.format(session_id=session_id, delivery_id="dlv-anything"),
         json=_BODIES[route],
         headers=headers,
     )
@@ -75,6 +83,7 @@ async def test_a_token_opens_no_other_session_on_any_route(
         base = victim.stream_url().replace(victim.token, mine.token)
         assert await ws_status(base) == 404
         assert await ws_status(f"{base}&after={cursor}") == 404
+        assert await ws_status(base.replace("/stream?", "/agent?")) == 404
     # Nothing was written to, handed off or erased in the other sessions.
     assert await _durable_events(neighbour) == before
     snap = await neighbour.snapshot()
@@ -103,6 +112,7 @@ async def test_an_expired_token_is_401_and_a_wrong_one_still_404(
             # The holder of another token learns nothing, expired or not.
             assert_problem(await _call(short, route, chat.session_id, other.token), 404)
         assert await ws_status(late.stream_url()) == 401
+        assert await ws_status(late.stream_url().replace("/stream?", "/agent?")) == 401
         before = len(await chat.timeline())
     # The first surface keeps the generous default lifetime: the same token still works.
     await chat.say("still here")

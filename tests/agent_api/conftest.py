@@ -22,8 +22,8 @@ DAY = "2026-12-24"
 
 @pytest.fixture(scope="package")
 def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurfaceStack]:
-    """Every service as a process; a long proactive window (the tests hold the user talking),
-    and call/agent ownership that expires fast (the kill tests)."""
+    """Every service as a process, the surface twice; a long proactive window (the tests hold
+    the user talking), and call/agent ownership that expires fast (the kill tests)."""
     with running_stack(
         broker.url,
         tmp_path_factory.mktemp("agent_api"),
@@ -33,6 +33,8 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             "HOLDLINE_CALL_OWNER_TTL_S": "3",
             "HOLDLINE_TOOL_MODULES": "tests.agent_api.tools_plugin",
         },
+        # A second surface on the same streams: any process answers any request.
+        second_surface_env={},
     ) as running:
         yield running
 

@@ -213,7 +213,12 @@ async def test_the_client_survives_a_killed_surface(
         surface.start()
         # Said while the surface was down: the ack waits for the reconnect and is resent.
         await stream.ack(got[-1].delivery_id, "spoken")
-        got.append(await stream.next(40))
+        try:
+            got.append(await stream.next(40))
+        except TimeoutError:
+            trail = [(e["type"], e.get("delivery_id"), e["data"]) for e in
+                     (await s.timeline())["events"] if e["stream"] in ("interaction", "deliveries")]
+            raise AssertionError(f"no closing after the restart: {trail}") from None
         await stream.ack(got[-1].delivery_id, "spoken")
         assert stream.connections >= 2
     assert [g.batch_id for g in got] == [spoken.batch_id, unacked.batch_id, running.batch_id]
@@ -370,3 +375,31 @@ async def test_the_published_documents_list_the_agent_api(stack: SurfaceStack) -
     ):
         assert method in paths[path], path
     assert "ToolCallsBody" in doc["components"]["schemas"]
+
+
+async def test_closings_reach_the_agent_whichever_surface_handles_them(
+    hl: HoldlineClient, stack: SurfaceStack
+) -> None:
+    s = await session(hl)
+    async with HoldlineClient(stack.second_url, timeout_s=20.0) as other:
+        # The agent's channel is on the first surface; its model's calls go to the second.
+        via_second = other.session(s.session_id, s.token)
+        async with s.agent_stream() as stream:
+            answers = [
+                await via_second.tool_calls(
+                    [ToolCall(tool_call_id=f"m{i}", name="provision_access",
+                              arguments={"accesses": [unique("drive")]})]
+                )
+                for i in range(4)
+            ]
+            heard = []
+            for _ in answers:
+                say = await stream.next(30)
+                heard.append(say.batch_id)
+                await via_second.ack(say.delivery_id, "spoken")
+    assert sorted(heard) == sorted(a.batch_id for a in answers)
+    snap = await s.snapshot()
+    for answer in answers:
+        final = delivery(snap, answer.batch_id)
+        assert final["status"] == "spoken"
+        assert len(said(snap, final["delivery_id"])) == 1

@@ -199,3 +199,12 @@ async def test_bad_frames_get_error_frames_and_the_channel_keeps_working(
         assert say["type"] == "delivery.say"
     assert len(await events(s, "speech.started")) == 1
     assert len(await events(s, "speech.stopped")) == 1
+
+
+async def test_the_client_does_not_retry_a_refused_stream(hl: HoldlineClient) -> None:
+    s = await session(hl)
+    with pytest.raises(HoldlineError) as refused:
+        async with hl.session(s.session_id, "not-the-token").agent_stream():
+            pass
+    assert refused.value.status == 404
+    assert await events(s, "channel.connected") == []
