@@ -116,10 +116,6 @@ def _replicated() -> bool:
     return env_int("HOLDLINE_STREAM_REPLICAS", 1) > 1
 
 
-# A replica that lags is asked again (another one may answer) this many times.
-_STALE_TRIES = 5
-
-
 async def read_subject(
     js: JetStreamContext,
     stream: str,
@@ -140,8 +136,8 @@ async def read_subject(
     woken from a pause with requests queued) answers with what it has: an aggregate's
     newest events missing, or none at all. With replicated streams (`consistent`, by
     default when HOLDLINE_STREAM_REPLICAS > 1) the leader's last sequence of the subject is
-    asked first (one more round trip) and a shorter answer is read again, then refused with
-    `StaleReplica`, a "broker unavailable" error that handlers retry.
+    asked first (one more round trip) and a shorter answer is completed from the leader;
+    `StaleReplica` (a "broker unavailable" error that handlers retry) only if even that fails.
     """
     if consistent is None:
         consistent = _replicated()
@@ -150,13 +146,29 @@ async def read_subject(
             js, stream, subject, codec, batch=batch, timeout_s=timeout_s
         )
     floor = await last_subject_seq(js, stream, subject)
-    for _ in range(_STALE_TRIES):
-        out = await _read_subject(
-            js, stream, subject, codec, batch=batch, timeout_s=timeout_s
-        )
-        if out.last_seq >= floor:
-            return out
-    raise StaleReplica
+    out = await _read_subject(js, stream, subject, codec, batch=batch, timeout_s=timeout_s)
+    # A follower a few writes behind (every write reaches the followers a moment after the
+    # leader): the missing tail comes from the leader, one message per request.
+    while out.last_seq < floor:
+        try:
+            msg = await js.get_msg(stream, seq=out.last_seq + 1, subject=subject, next=True)
+        except NotFoundError:
+            raise StaleReplica from None
+        if msg.seq is None or msg.seq <= out.last_seq:
+            raise StaleReplica
+        _add(out, codec, int(msg.seq), msg.data or b"", msg.subject or subject)
+    return out
+
+
+def _add(out: Replayed[B], codec: EventCodec[B], seq: int, data: bytes, subject: str) -> None:
+    """Decode one message into `out` (or record why it does not decode)."""
+    out.last_seq = seq
+    try:
+        envelope = codec.decode(data)
+    except EventDecodeError as exc:
+        out.rejected.append((seq, exc))
+        return
+    out.items.append(Received(envelope=envelope, subject=subject, stream_seq=seq, num_delivered=1))
 
 
 async def _read_subject(
@@ -192,20 +204,7 @@ async def _read_subject(
                     raise RuntimeError(f"direct get on {stream} failed: {status} {headers}")
                 seq = int(headers["Nats-Sequence"])
                 pending = int(headers.get("Nats-Num-Pending", "0"))
-                out.last_seq = seq
-                try:
-                    envelope = codec.decode(msg.data)
-                except EventDecodeError as exc:
-                    out.rejected.append((seq, exc))
-                    continue
-                out.items.append(
-                    Received(
-                        envelope=envelope,
-                        subject=headers.get("Nats-Subject", subject),
-                        stream_seq=seq,
-                        num_delivered=1,
-                    )
-                )
+                _add(out, codec, seq, msg.data, headers.get("Nats-Subject", subject))
         finally:
             await sub.unsubscribe()
         if pending == 0:
