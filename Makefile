@@ -6,10 +6,11 @@ PYTEST_ARGS ?=
 # Most tests wait on timers and child processes, so two workers on two cores halve the wall clock.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv run test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice chaos dashboards clean
+.PHONY: help venv run run-cluster test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster chaos dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
+	@echo "make run-cluster  the same on a 3-node JetStream cluster, two of each service"
 	@echo "make test   install what is needed and run lint, types and the whole suite"
 	@echo "make proto  regenerate proto/ (JSON Schemas and the AsyncAPI document)"
 	@echo "make bench  run the benchmarks; results under bench/results/"
@@ -20,6 +21,9 @@ venv:
 
 run: venv
 	@$(BIN)/holdline run
+
+run-cluster: venv
+	@$(BIN)/holdline run --cluster 3
 
 lint: venv
 	$(BIN)/ruff check .
@@ -54,6 +58,9 @@ bench-agent-api: venv
 
 bench-voice: venv
 	$(BIN)/python -m bench.voice
+
+bench-cluster: venv
+	$(BIN)/python -m bench.cluster
 
 chaos: venv
 	scripts/ensure-system-deps.sh

@@ -56,6 +56,8 @@ def steps(quick: bool) -> list[Step]:
             Step("agent_api", "bench.agent_api", ("--single-calls", "10", "--sessions", "10",
                                                   "--paced-calls", "2", "--closed-calls", "2"),
                  25),
+            Step("cluster", "bench.cluster", ("--sessions", "10", "--turns", "3",
+                                              "--operations", "200", "--kill-trials", "1"), 90),
         ]
     else:
         found = [
@@ -67,6 +69,7 @@ def steps(quick: bool) -> list[Step]:
             Step("coordination", "bench.coordination", (), 25),
             Step("acceptance", "bench.acceptance", ("--sessions", "50", "100", "200"), 140),
             Step("agent_api", "bench.agent_api", (), 60),
+            Step("cluster", "bench.cluster", (), 240),
         ]
     if (ROOT / "bench" / "voice.py").exists():
         voice_args = ("--trials", "5", "--blips", "5") if quick else ()

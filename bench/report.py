@@ -357,9 +357,46 @@ def markdown(latest: Json, measures: list[tuple[str, Pcts]]) -> str:
         for r in c["rounds"]
     ]
     lines += phase_table(latest["benchmarks"])
+    lines += scale_out(latest["benchmarks"])
     lines += ["", "## Benchmarks included", ""]
     lines += [f"- `{name}.json`" for name in latest["benchmarks"]]
     return "\n".join(lines) + "\n"
+
+
+def scale_out(benchmarks: dict[str, Json]) -> list[str]:
+    """Single node next to the 3-node cluster, and node kill → closing (bench/cluster.py)."""
+    found = benchmarks.get("cluster")
+    if not found or "single_node" not in found or "cluster_r3" not in found:
+        return []
+    lines = [
+        "",
+        "## Scale-out: single node vs 3-node cluster (R3)",
+        "",
+        "| topology | operations committed/s | acceptance p50 ms | acceptance p99 ms |",
+        "|---|---:|---:|---:|",
+    ]
+    for key, name in (("single_node", "single node"), ("cluster_r3", "3 nodes, R3")):
+        row = found[key]
+        acc = row["acceptance"]
+        lines.append(f"| {name} | {_fmt(float(row['operations_committed_per_s']))} "
+                     f"| {_fmt(float(acc['p50_ms']))} | {_fmt(float(acc['p99_ms']))} |")
+    kills = found.get("node_kill_to_closing")
+    if kills:
+        lines += [
+            "",
+            f"Node `kill -9` → closing of every batch in flight (provider latency "
+            f"{kills['provider_latency_ms']} ms, target {kills['target_s']} s):",
+            "",
+            "| node killed | batches | p50 s | max s |",
+            "|---|---:|---:|---:|",
+        ]
+        for key, name in (("operations_leader_killed", "operations stream leader"),
+                          ("other_node_killed", "another node")):
+            p = kills.get(key, {})
+            if p.get("n"):
+                lines.append(f"| {name} | {p['n']} | {p['p50_ms'] / 1000:.1f} "
+                             f"| {p['max_ms'] / 1000:.1f} |")
+    return lines
 
 
 def build(results: Path) -> Json:

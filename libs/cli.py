@@ -9,10 +9,29 @@ import sys
 _SOURCES = ("interaction", "control", "operations", "batches", "deliveries", "work")
 
 
+def _nodes(value: str) -> int:
+    try:
+        count = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of nodes: {value!r}") from None
+    if not 3 <= count <= 7:
+        # Fewer than three cannot keep a quorum with one node down; more is not a laptop.
+        raise argparse.ArgumentTypeError("a cluster has 3 to 7 nodes")
+    return count
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="holdline", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("run", help="start the broker and every service in the foreground")
+    run = sub.add_parser("run", help="start the broker and every service in the foreground")
+    run.add_argument(
+        "--cluster",
+        type=_nodes,
+        default=0,
+        metavar="N",
+        help="scale-out on this machine: N broker nodes (3 or more), R3 streams, "
+        "two surfaces, two workers, two partitions of the coordinator and the policy",
+    )
 
     dlq = sub.add_parser("dlq", help="dead letters: list and redrive")
     dlq_sub = dlq.add_subparsers(dest="dlq_command", required=True)
@@ -43,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         from libs.supervisor import main as run  # noqa: PLC0415 - only `run` needs the supervisor
 
-        return run()
+        return run(args.cluster)
     from libs.operator.commands import run as operate  # noqa: PLC0415 - keeps `run` light
 
     return asyncio.run(operate(args))

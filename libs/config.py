@@ -49,6 +49,28 @@ def env_bool(name: str, *, default: bool) -> bool:
     return raw.strip().lower() in {"1", "true", "yes", "on"}
 
 
+_SCHEMES = ("nats", "tls", "ws", "wss")
+
+
+def nats_servers(value: str) -> list[str]:
+    """The seed URLs of `NATS_URL`: one URL, or several separated by commas (a cluster).
+
+    Whitespace around each seed and empty seeds (a trailing comma) are ignored; a bare
+    `host:port` gets `nats://`. No seed at all, or an unknown scheme, is refused.
+    """
+    seeds = [part.strip() for part in value.split(",") if part.strip()]
+    if not seeds:
+        raise ValueError("NATS_URL names no broker")
+    servers: list[str] = []
+    for seed in seeds:
+        url = seed if "://" in seed else f"nats://{seed}"
+        scheme = url.split("://", 1)[0]
+        if scheme not in _SCHEMES:
+            raise ValueError(f"NATS_URL seed {seed!r}: scheme must be one of {_SCHEMES}")
+        servers.append(url)
+    return servers
+
+
 @dataclass(frozen=True)
 class BusSettings:
     """How a process reaches the broker and how its streams and consumers behave."""
@@ -70,6 +92,12 @@ class BusSettings:
     nats_tls_cert: str | None = None
     nats_tls_key: str | None = None
     connect_timeout_s: float = 2.0
+    # Reconnects: a killed node refuses at once and the client moves on to the next seed
+    # after `reconnect_wait_s`; a paused node (sockets open, nothing answers) is noticed
+    # after `ping_interval_s` x (max_outstanding_pings + 1).
+    reconnect_wait_s: float = 0.25
+    ping_interval_s: float = 5.0
+    max_outstanding_pings: int = 2
     # On SIGTERM: how long in-flight messages may finish before they are handed back (NAK).
     graceful_shutdown_s: float = 10.0
 
@@ -78,6 +106,14 @@ class BusSettings:
             raise ValueError(
                 f"HOLDLINE_PREFIX must match {_PREFIX_RE.pattern}, got {self.prefix!r}"
             )
+        if self.replicas < 1:
+            raise ValueError(f"HOLDLINE_STREAM_REPLICAS must be 1 or more, got {self.replicas}")
+        nats_servers(self.nats_url)  # a bad seed list fails here, with its reason
+
+    @property
+    def servers(self) -> list[str]:
+        """The broker seeds of `nats_url`, in the order given."""
+        return nats_servers(self.nats_url)
 
     @classmethod
     def from_env(cls) -> BusSettings:
@@ -100,6 +136,11 @@ class BusSettings:
             nats_tls_cert=os.environ.get("NATS_TLS_CERT") or None,
             nats_tls_key=os.environ.get("NATS_TLS_KEY") or None,
             connect_timeout_s=env_float("HOLDLINE_CONNECT_TIMEOUT_S", cls.connect_timeout_s),
+            reconnect_wait_s=env_float("HOLDLINE_NATS_RECONNECT_WAIT_S", cls.reconnect_wait_s),
+            ping_interval_s=env_float("HOLDLINE_NATS_PING_INTERVAL_S", cls.ping_interval_s),
+            max_outstanding_pings=env_int(
+                "HOLDLINE_NATS_MAX_OUTSTANDING_PINGS", cls.max_outstanding_pings
+            ),
             graceful_shutdown_s=env_float(
                 "HOLDLINE_GRACEFUL_SHUTDOWN_S", cls.graceful_shutdown_s
             ),

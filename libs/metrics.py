@@ -7,10 +7,14 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from typing import get_args
 
 from prometheus_client import Counter, Gauge, Histogram
+
+from libs.events.deliveries import Decision, DeliveryMode
+from libs.events.interaction import Channel
 
 # Buckets from 1 ms to 60 s: conversational latencies and slow providers on one scale.
 _BUCKETS = (
@@ -157,3 +161,36 @@ def turn_phase(phase: str) -> Iterator[None]:
         yield
     finally:
         TURN_PHASE.labels(phase).observe(time.perf_counter() - started)
+
+
+def initialise_tools(tools: Iterable[str], terminal_statuses: Iterable[str] = ()) -> None:
+    """Create every per-tool (and per tool and terminal status) series at zero before use.
+
+    A labelled series otherwise appears with its first increment, and Prometheus reads that
+    first sample as the start: `rate()` and `increase()` miss the first event of each tool
+    (a panel stays empty until the second). The real Prometheus test showed it.
+    """
+    statuses = list(terminal_statuses)
+    for tool in tools:
+        for family in (
+            OPERATION_ACCEPT_TO_START,
+            OPERATIONS_ADMITTED,
+            RETRIES,
+            UNKNOWNS,
+            CANCELLATIONS_REQUESTED,
+            CANCELLATIONS_CONFIRMED,
+            COMPENSATIONS,
+        ):
+            family.labels(tool=tool)
+        for status in statuses:
+            OPERATIONS_TERMINAL.labels(tool, status)
+            OPERATION_DURATION.labels(tool, status)
+
+
+def initialise_deliveries() -> None:
+    """Every delivery mode and channel pair, and every policy decision, at zero."""
+    for mode in get_args(DeliveryMode):
+        for channel in get_args(Channel):
+            DELIVERIES.labels(mode=mode, channel=channel)
+    for decision in get_args(Decision):
+        DELIVERY_READY_TO_DECISION.labels(decision=decision)

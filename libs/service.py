@@ -2,7 +2,10 @@
 
 A service lists the streams it publishes to and the consumers it reads; the runtime declares
 them idempotently, runs the consumers, and answers `/readyz` with 200 only while the broker
-is connected and every one of those streams and consumers exists.
+is connected and every one of those streams (at its declared replica count) and consumers
+exists. Start-up runs behind the HTTP server, so the probes answer from the first second and
+say what the service waits for (the broker, a stream that cannot get its replicas); other
+routes answer 503 problem+json until it is started.
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import asyncio
 import contextlib
 import io
 import logging
+import os
 import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -22,6 +26,7 @@ from fastapi import FastAPI
 from fastapi.responses import JSONResponse, Response
 from nats.aio.client import Client
 from nats.js import JetStreamContext
+from nats.js.errors import APIError
 from nats.js.kv import KeyValue
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
@@ -39,6 +44,7 @@ from libs.bus import (
 )
 from libs.config import BusSettings
 from libs.events import EventCodec
+from libs.problems import PROBLEM_JSON
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +64,10 @@ class Runtime:
     js: JetStreamContext | None = None
     buckets: dict[str, KeyValue] = field(default_factory=dict)
     consumers: list[DurableConsumer[Any]] = field(default_factory=list)
+    # Set once declarations, consumers and the service's own start-up are done.
+    started: asyncio.Event = field(default_factory=asyncio.Event)
+    # Why the declarations do not succeed yet (retried until they do), for /readyz.
+    declare_problem: str | None = None
     _tasks: list[asyncio.Task[None]] = field(default_factory=list)
     _ready_cache: tuple[float, bool, str] = (0.0, False, "starting")
 
@@ -116,14 +126,39 @@ class Runtime:
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 2.0)
         self.js = self.nc.jetstream()
-        await ensure_streams(self.js, self.topology, self.settings)
-        await ensure_buckets(self.js, self.topology, self.settings)
+        await self._declare()
         for purpose in BUCKETS:
             self.buckets[purpose] = await self.js.key_value(self.topology.bucket(purpose))
         for factory in self.consumer_factories:
             consumer = factory(self)
             self.consumers.append(consumer)
             self._tasks.append(asyncio.create_task(self._supervise(consumer)))
+
+    async def _declare(self) -> None:
+        """Streams and buckets, retried until the broker accepts them.
+
+        A cluster with too few nodes for `HOLDLINE_STREAM_REPLICAS`, or a single node asked
+        for more than one replica, refuses or times out: the service keeps trying and says
+        why on /readyz, and becomes ready once the nodes are there.
+        """
+        assert self.js is not None
+        delay = 0.5
+        while True:
+            try:
+                await ensure_streams(self.js, self.topology, self.settings)
+                await ensure_buckets(self.js, self.topology, self.settings)
+            except Exception as exc:  # noqa: BLE001 - every refusal is retried, with its reason
+                self.declare_problem = (
+                    f"cannot declare the streams with {self.settings.replicas} replica(s): "
+                    f"{_describe(exc)}"
+                )
+                self._ready_cache = (0.0, False, self.declare_problem)
+                log.warning("%s: %s; retrying", self.name, self.declare_problem)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
+                continue
+            self.declare_problem = None
+            return
 
     async def _supervise(self, consumer: DurableConsumer[Any]) -> None:
         # A consumer loop that dies (broker restart mid-declare) is started again.
@@ -179,11 +214,22 @@ class Runtime:
         return ok, detail
 
     async def _check(self) -> tuple[bool, str]:
+        if self.declare_problem is not None:
+            return False, self.declare_problem
         if self.nc is None or self.js is None or not self.nc.is_connected:
             return False, "broker not connected"
+        if not self.started.is_set():
+            return False, "starting"
         try:
             for context in self.publishes:
-                await self.js.stream_info(self.topology.stream_name(context))
+                info = await self.js.stream_info(self.topology.stream_name(context))
+                replicas = info.config.num_replicas or 1
+                if replicas < self.settings.replicas:
+                    # Kept from before (an update the cluster refused): not what was asked.
+                    return False, (
+                        f"stream {info.config.name} has {replicas} replica(s), "
+                        f"HOLDLINE_STREAM_REPLICAS={self.settings.replicas}"
+                    )
             for consumer in self.consumers:
                 if not consumer.ready.is_set():
                     return False, f"consumer {consumer.spec.durable} not started"
@@ -193,11 +239,67 @@ class Runtime:
         return True, "ok"
 
 
+def _describe(exc: Exception) -> str:
+    if isinstance(exc, APIError) and exc.description:
+        return f"{exc.description} (JetStream error {exc.err_code})"
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+_PROBES = frozenset({"/healthz", "/readyz", "/metrics"})
+
+
+class StartingGate:
+    """Answers every route but the probes with 503 until the service has started.
+
+    Pure ASGI, so it covers WebSockets too (closed with 1013, "try again later").
+    """
+
+    def __init__(self, app: Any, runtime: Runtime) -> None:
+        self._app = app
+        self._runtime = runtime
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        """Pass through once started; refuse politely before."""
+        kind = scope["type"]
+        if kind not in {"http", "websocket"} or self._runtime.started.is_set():
+            await self._app(scope, receive, send)
+            return
+        if scope.get("path") in _PROBES:
+            await self._app(scope, receive, send)
+            return
+        if kind == "websocket":
+            await receive()  # websocket.connect
+            await send({"type": "websocket.close", "code": 1013, "reason": "starting"})
+            return
+        body = JSONResponse(
+            {
+                "type": "https://holdline.dev/problems/unavailable",
+                "title": "Service unavailable",
+                "status": 503,
+                "detail": "the service is starting; retry",
+            },
+            status_code=503,
+            media_type=PROBLEM_JSON,
+            headers={"Retry-After": "1"},
+        )
+        await body(scope, receive, send)
+
+
 def _dump_tasks() -> None:
     for task in asyncio.all_tasks():
         stack = io.StringIO()
         task.print_stack(limit=12, file=stack)
         log.warning("task %s:\n%s", task.get_name(), stack.getvalue())
+
+
+def _exit_if_failed(task: asyncio.Task[None]) -> None:
+    # A start-up that fails (not one that waits: those retry) ends the process, as a failed
+    # lifespan would, so the supervisor or the orchestrator starts it again.
+    if task.cancelled() or task.exception() is None:
+        return
+    log.critical("start-up failed", exc_info=task.exception())
+    logging.shutdown()
+    os._exit(3)
 
 
 def create_service_app(
@@ -213,19 +315,32 @@ def create_service_app(
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # `kill -USR1 <pid>` logs every task's stack: what a stuck service is waiting for.
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks)
-        await runtime.start()
-        if on_start is not None:
-            await on_start()
+
+        async def start() -> None:
+            await runtime.start()
+            if on_start is not None:
+                await on_start()
+            runtime.started.set()
+            log.info("%s: started", runtime.name)
+
+        starting = asyncio.create_task(start(), name=f"{runtime.name}-start")
+        starting.add_done_callback(_exit_if_failed)
         try:
             yield
         finally:
+            if not starting.done():
+                starting.remove_done_callback(_exit_if_failed)
+                starting.cancel()
+                with contextlib.suppress(BaseException):
+                    await starting
             # Work in hand finishes (or goes back) while the service's resources still exist.
             await runtime.quiesce()
-            if on_stop is not None:
+            if on_stop is not None and runtime.started.is_set():
                 await on_stop()
             await runtime.stop()
 
     app = FastAPI(title=title, lifespan=lifespan)
+    app.add_middleware(StartingGate, runtime=runtime)
     # A trace starts at the HTTP request (a no-op until tracing is configured).
     app.add_middleware(tracing.TracingMiddleware)
 

@@ -3,6 +3,11 @@
 Each child's output is prefixed with its name; a child that dies is started again after a
 short, growing backoff (the broker included); SIGINT/SIGTERM stops everything within the
 stop timeout, services first so they can drain, the broker last.
+
+`--cluster N` (`make run-cluster`) is scale-out on one machine: N nats-server nodes routed
+on loopback (each its own client and cluster port and store under `.data/nats-cluster/`),
+every stream and bucket R3, two interaction surfaces, two workers, and the coordinator and
+the policy as two partitions each. The same rules apply to every child, nodes included.
 """
 
 from __future__ import annotations
@@ -34,6 +39,15 @@ SERVICES: tuple[tuple[str, str, int], ...] = (
     ("delivery_policy", "DELIVERY_POLICY", 8093),
     ("interaction_surface", "INTERACTION_SURFACE", 8080),
 )
+
+# The second copies `--cluster` runs: (child name, package, its port variable, default port).
+CLUSTER_EXTRA: tuple[tuple[str, str, str, int], ...] = (
+    ("operation-worker-2", "operation_worker", "OPERATION_WORKER_2", 8094),
+    ("interaction-surface-2", "interaction_surface", "INTERACTION_SURFACE_2", 8081),
+)
+PARTITIONED = ("batch_coordinator", "delivery_policy")
+# Ports of partition 1 of the partitioned services (partition 0 keeps the usual port).
+PARTITION_1_PORTS = {"batch_coordinator": 8095, "delivery_policy": 8096}
 
 _PR_SET_PDEATHSIG = 1
 
@@ -83,51 +97,118 @@ class Child:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
+def _ports(list_env: str, base_env: str, default: int, count: int) -> list[int]:
+    """`count` ports: the comma-separated list in `list_env`, else `base_env` + 0, 1, ..."""
+    raw = os.environ.get(list_env, "").strip()
+    if raw:
+        ports = [int(p) for p in raw.split(",") if p.strip()]
+        if len(ports) != count:
+            raise ValueError(f"{list_env} lists {len(ports)} ports for {count} nodes")
+        return ports
+    base = env_int(base_env, default)
+    return [base + i for i in range(count)]
+
+
 class Supervisor:
     """Starts, watches, restarts and stops the children."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, cluster: int = 0) -> None:
         self.root = root
+        self.cluster = cluster
         self.stopping = asyncio.Event()
         self.backoff_s = env_float("HOLDLINE_RESTART_BACKOFF_S", 0.5)
         self.stop_timeout_s = env_float("HOLDLINE_STOP_TIMEOUT_S", 20.0)
         self.children: list[Child] = []
-        self.broker: Child | None = None
+        self.brokers: list[Child] = []
+        self.broker_ports: list[int] = []
         self.exit_code = 0
 
-    def _plan(self) -> None:
-        env = dict(os.environ)
-        env.setdefault("PYTHONUNBUFFERED", "1")
-        if not os.environ.get("NATS_URL"):
-            port = env_int("NATS_PORT", 4222)
-            store = self.root / ".data" / "nats"
+    def _plan_broker(self, env: dict[str, str]) -> None:
+        port = env_int("NATS_PORT", 4222)
+        store = self.root / ".data" / "nats"
+        store.mkdir(parents=True, exist_ok=True)
+        argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)]
+        config = os.environ.get("NATS_SERVER_CONFIG")
+        if config:
+            argv += ["-c", config]
+        self.brokers.append(Child(name="nats-server", argv=argv, env=env))
+        self.broker_ports.append(port)
+        env["NATS_URL"] = f"nats://127.0.0.1:{port}"
+
+    def _plan_cluster(self, env: dict[str, str]) -> None:
+        count = self.cluster
+        clients = _ports("NATS_PORTS", "NATS_PORT", 4222, count)
+        routes = _ports("NATS_CLUSTER_PORTS", "NATS_CLUSTER_PORT", 6222, count)
+        seeds = ",".join(f"nats://127.0.0.1:{p}" for p in routes)
+        config = self.root / ".data" / "nats-cluster" / "node.conf"
+        config.parent.mkdir(parents=True, exist_ok=True)
+        # A node that hangs (sockets open, nothing answered) loses its routes after two missed
+        # pings, so requests stop going to it; with the default it would take minutes.
+        config.write_text('ping_interval: "2s"\nping_max: 2\n')
+        for i, (client, route) in enumerate(zip(clients, routes, strict=True)):
+            store = self.root / ".data" / "nats-cluster" / f"n{i}"
             store.mkdir(parents=True, exist_ok=True)
             argv = [
                 nats_server_binary(),
-                "-a",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "-js",
-                "-sd",
-                str(store),
+                "-c", str(config),
+                "-a", "127.0.0.1", "-p", str(client),
+                "-n", f"holdline-n{i}",
+                "-js", "-sd", str(store),
+                "--cluster_name", "holdline",
+                "--cluster", f"nats://127.0.0.1:{route}",
+                # Every node lists every route (its own is skipped): any node can restart alone.
+                "--routes", seeds,
             ]
-            config = os.environ.get("NATS_SERVER_CONFIG")
-            if config:
-                argv += ["-c", config]
-            self.broker = Child(name="nats-server", argv=argv, env=env)
-            env["NATS_URL"] = f"nats://127.0.0.1:{port}"
-        for package, prefix, default_port in SERVICES:
-            host = env_str(f"{prefix}_HOST", "127.0.0.1")
-            port = env_int(f"{prefix}_PORT", default_port)
-            self.children.append(
-                Child(
-                    name=package.replace("_", "-"),
-                    argv=[sys.executable, "-m", f"services.{package}"],
-                    env=env,
-                    ready_url=f"http://{host}:{port}/readyz",
-                )
+            self.brokers.append(Child(name=f"nats-server-{i}", argv=argv, env=env))
+        self.broker_ports = clients
+        env["NATS_URL"] = ",".join(f"nats://127.0.0.1:{p}" for p in clients)
+        env.setdefault("HOLDLINE_STREAM_REPLICAS", str(min(3, count)))
+
+    def _service(self, name: str, package: str, env: dict[str, str], prefix: str,
+                 port: int) -> None:
+        host = env_str(f"{prefix}_HOST", "127.0.0.1")
+        self.children.append(
+            Child(
+                name=name,
+                argv=[sys.executable, "-m", f"services.{package}"],
+                env=env,
+                ready_url=f"http://{host}:{port}/readyz",
             )
+        )
+
+    def plan(self) -> None:
+        """Decide every child's command line and environment."""
+        env = dict(os.environ)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        if self.cluster:
+            self._plan_cluster(env)
+        elif not os.environ.get("NATS_URL"):
+            self._plan_broker(env)
+        for package, prefix, default_port in SERVICES:
+            port = env_int(f"{prefix}_PORT", default_port)
+            name = package.replace("_", "-")
+            if self.cluster and package in PARTITIONED:
+                # Two partitions: p0 on the usual port, p1 on its own.
+                for k, part_port in enumerate((port, env_int(
+                    f"{prefix}_P1_PORT", PARTITION_1_PORTS[package]
+                ))):
+                    part_env = {
+                        **env,
+                        "HOLDLINE_PARTITIONS": "2",
+                        "HOLDLINE_PARTITION": str(k),
+                        f"{prefix}_PORT": str(part_port),
+                    }
+                    self._service(f"{name}-p{k}", package, part_env, prefix, part_port)
+                continue
+            self._service(name, package, env, prefix, port)
+        if self.cluster:
+            for name, package, prefix, default_port in CLUSTER_EXTRA:
+                port = env_int(f"{prefix}_PORT", default_port)
+                base = prefix.removesuffix("_2")
+                extra_env = {**env, f"{base}_PORT": str(port)}
+                if package == "operation_worker" and env.get("HOLDLINE_WORKER_ID"):
+                    extra_env["HOLDLINE_WORKER_ID"] = f"{env['HOLDLINE_WORKER_ID']}-2"
+                self._service(name, package, extra_env, base, port)
 
     async def _spawn(self, child: Child) -> None:
         child.proc = await asyncio.create_subprocess_exec(
@@ -194,9 +275,17 @@ class Supervisor:
                         if (await client.get(url)).status_code == 200:
                             ready += 1
                 if ready == len(urls):
-                    surface = next(c for c in self.children if c.name == "interaction-surface")
-                    ui = (surface.ready_url or "").removesuffix("readyz")
-                    _log(f"all {len(urls)} services ready. Open the demo at {ui}")
+                    surfaces = [
+                        (c.ready_url or "").removesuffix("readyz")
+                        for c in self.children
+                        if c.name.startswith("interaction-surface")
+                    ]
+                    more = "".join(f" (or {ui}, the same sessions)" for ui in surfaces[1:])
+                    nodes = f" on {len(self.brokers)} broker nodes" if self.cluster else ""
+                    _log(
+                        f"all {len(urls)} services ready{nodes}. "
+                        f"Open the demo at {surfaces[0]}{more}"
+                    )
                     return
                 await asyncio.sleep(0.2)
         _log("services did not all become ready within 120 s; see their logs above")
@@ -206,21 +295,20 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self.stopping.set)
-        self._plan()
-        watchers: list[asyncio.Task[None]] = []
-        if self.broker is not None:
-            watchers.append(asyncio.create_task(self._watch(self.broker)))
-            port = int(self.broker.argv[self.broker.argv.index("-p") + 1])
+        if not self.children:
+            self.plan()
+        watchers = [asyncio.create_task(self._watch(b)) for b in self.brokers]
+        for broker, port in zip(self.brokers, self.broker_ports, strict=True):
             if not await self._wait_port(port, 20.0):
-                _log("nats-server did not open its port within 20 s")
+                _log(f"{broker.name} did not open its port {port} within 20 s")
         watchers += [asyncio.create_task(self._watch(c)) for c in self.children]
         announce = asyncio.create_task(self._announce_when_ready())
         await self.stopping.wait()
         announce.cancel()
         _log("stopping")
         await self._terminate(list(self.children), self.stop_timeout_s)
-        if self.broker is not None:
-            await self._terminate([self.broker], 5.0)
+        if self.brokers:
+            await self._terminate(self.brokers, 5.0)
         for task in watchers:
             task.cancel()
         await asyncio.gather(*watchers, return_exceptions=True)
@@ -245,7 +333,16 @@ class Supervisor:
             await asyncio.wait(pending, timeout=2.0)
 
 
-def main() -> int:
-    """Entry point of `holdline run`."""
+def main(cluster: int = 0) -> int:
+    """Entry point of `holdline run` (`--cluster N`: N broker nodes and two of each service)."""
     root = Path(os.environ.get("HOLDLINE_ROOT", Path.cwd()))
-    return asyncio.run(Supervisor(root).run())
+    if cluster and os.environ.get("NATS_URL"):
+        _log("--cluster starts its own broker nodes: unset NATS_URL, or run without --cluster")
+        return 2
+    try:
+        supervisor = Supervisor(root, cluster)
+        supervisor.plan()  # before the loop, so bad settings fail here
+    except ValueError as exc:
+        _log(f"bad settings: {exc}")
+        return 2
+    return asyncio.run(supervisor.run())

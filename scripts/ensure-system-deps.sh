@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install the system packages the tests and the voice channel need when they are missing:
-# Debian chromium + chromium-driver (browser test) and espeak-ng (offline TTS).
+# Debian chromium + chromium-driver (browser test), espeak-ng (offline TTS) and prometheus
+# (the dashboards' queries are evaluated by a real Prometheus).
 # Idempotent and quiet: does nothing when all are present.
 set -euo pipefail
 
@@ -8,6 +9,7 @@ missing=()
 [ -x /usr/bin/chromium ] || missing+=(chromium)
 [ -x /usr/bin/chromedriver ] || missing+=(chromium-driver)
 command -v espeak-ng >/dev/null 2>&1 || missing+=(espeak-ng)
+[ -x /usr/bin/prometheus ] || missing+=(prometheus)
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if ! command -v apt-get >/dev/null 2>&1; then

@@ -21,7 +21,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from libs.bus import Context, Topology
+from libs.bus import Context, Topology, follow_heartbeat_s
 from libs.domain import OperationState, OpStatus, Projection, operation
 from libs.events import OPERATIONS, Envelope, EventDecodeError, OperationEvent
 
@@ -165,6 +165,7 @@ class LoadView:
             topology.context_filter(Context.OPERATIONS),
             stream=stream,
             ordered_consumer=True,
+            idle_heartbeat=follow_heartbeat_s(),
             deliver_policy=DeliverPolicy.ALL,
             cb=on_msg,
         )

@@ -6,7 +6,7 @@ from .connection import connect
 from .consumer import DurableConsumer, Handler, Poison, Received, spec_for
 from .deadletter import DEAD_LETTER_DECODER, DeadLetter
 from .declare import ConsumerSpec, ensure_buckets, ensure_consumer, ensure_stream, ensure_streams
-from .replay import Replayed, last_subject_seq, read_subject, replay
+from .replay import Replayed, follow_heartbeat_s, last_subject_seq, read_subject, replay
 from .store import (
     Appended,
     Claim,
@@ -45,6 +45,7 @@ __all__ = [
     "ensure_consumer",
     "ensure_stream",
     "ensure_streams",
+    "follow_heartbeat_s",
     "last_subject_seq",
     "load",
     "read_claim",

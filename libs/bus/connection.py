@@ -15,7 +15,8 @@ from libs.config import BusSettings
 log = logging.getLogger(__name__)
 
 
-def _without_credentials(url: str) -> str:
+def without_credentials(url: str) -> str:
+    """The URL with any user and password removed (for logs)."""
     parts = urlsplit(url)
     if parts.password is None and parts.username is None:
         return url
@@ -42,22 +43,31 @@ async def _on_reconnect() -> None:
 
 
 async def connect(settings: BusSettings, *, name: str) -> Client:
-    """Connect, retrying forever in the background once the first connect succeeded.
+    """Connect to any of the seeds, retrying forever in the background once connected.
+
+    Several seeds (`NATS_URL=nats://a:4222,nats://b:4222`) are tried in a shuffled order,
+    so clients spread over a cluster's nodes; the servers a node announces are added to
+    the pool, so a client reconnects to any live node, not only to the seeds.
 
     Wrong credentials or an unverifiable certificate keep it retrying (the service stays
     not ready) and log why, with the broker's address but never its credentials.
     """
-    where = _without_credentials(settings.nats_url)
+    servers = settings.servers
+    where = ", ".join(without_credentials(url) for url in servers)
 
     async def on_error(exc: Exception) -> None:
         log.warning("%s: cannot use the broker at %s: %s", name, where, exc)
 
     options: dict[str, Any] = {
-        "servers": [settings.nats_url],
+        "servers": servers,
         "name": name,
         "connect_timeout": settings.connect_timeout_s,
         "max_reconnect_attempts": -1,
-        "reconnect_time_wait": 0.5,
+        # Short: after a node dies the next seed is tried at once, a dead one again soon.
+        "reconnect_time_wait": settings.reconnect_wait_s,
+        # A paused node keeps its sockets open; only missed pings tell the client to move.
+        "ping_interval": settings.ping_interval_s,
+        "max_outstanding_pings": settings.max_outstanding_pings,
         "error_cb": on_error,
         "disconnected_cb": _on_disconnect,
         "reconnected_cb": _on_reconnect,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -26,14 +27,21 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, FetchTimeoutError
 
 from libs import tracing
+from libs.config import env_float
 from libs.events import Envelope, EventCodec, EventDecodeError
 from libs.metrics import CONSUMER_LAG
 
 from .deadletter import DEAD_LETTER_ENCODER, DeadLetter
 from .declare import ConsumerSpec, ensure_consumer
+from .store import broker_unavailable
 from .topology import Context, Partition, Topology
 
 log = logging.getLogger(__name__)
+
+
+@functools.cache
+def _broker_patience_s() -> float:
+    return env_float("HOLDLINE_BROKER_PATIENCE_S", 30.0)
 
 B = TypeVar("B")
 
@@ -225,7 +233,7 @@ class DurableConsumer(Generic[B]):
             with tracing.handler_span(
                 self.spec.durable, msg.subject, msg.headers, envelope.event_id
             ):
-                await self._handler(received)
+                await self._patiently(received)
         except Poison as exc:
             await self._dead_letter(msg, "poison", exc.reason)
             return
@@ -248,6 +256,29 @@ class DurableConsumer(Generic[B]):
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
         await msg.ack()
+
+    async def _patiently(self, received: Received[B]) -> None:
+        """Run the handler; while the broker cannot answer, run it again here.
+
+        A node dying makes its streams and consumers elect new leaders for a few seconds.
+        Failing the delivery then would spend `max_deliver` on the broker's absence and
+        dead-letter good work; the message stays in hand (the heartbeat keeps it) and the
+        idempotent handler runs again once the broker answers, for up to
+        `HOLDLINE_BROKER_PATIENCE_S`.
+        """
+        deadline = asyncio.get_running_loop().time() + _broker_patience_s()
+        delay = 0.1
+        while True:
+            try:
+                await self._handler(received)
+            except Exception as exc:
+                if not broker_unavailable(exc) or asyncio.get_running_loop().time() >= deadline:
+                    raise
+                log.info("%s: broker unavailable (%r); handling again", self.spec.durable, exc)
+            else:
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
 
     async def _heartbeat(self, msg: Msg) -> None:
         while True:

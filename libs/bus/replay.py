@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import uuid
 from dataclasses import dataclass, field
@@ -13,11 +14,26 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import FetchTimeoutError, NotFoundError
 
+from libs.config import env_float, env_int
 from libs.events import EventCodec, EventDecodeError
 
 from .consumer import Received
+from .store import StaleReplica
 
 B = TypeVar("B")
+
+
+@functools.cache
+def follow_heartbeat_s() -> float:
+    """Idle heartbeat of the ordered consumers that live views follow streams with.
+
+    An ordered consumer is a single in-memory replica; when the node holding it dies the
+    client only notices the missing heartbeats (two of them) and recreates it from the next
+    sequence, retrying every two heartbeats while the stream elects a leader. nats-py's
+    default (5 s) leaves a view 10 s behind after a node kill; 1 s costs one tiny message
+    per second and stream.
+    """
+    return env_float("HOLDLINE_FOLLOW_HEARTBEAT_S", 1.0)
 
 
 @dataclass(slots=True)
@@ -95,6 +111,11 @@ async def last_subject_seq(js: JetStreamContext, stream: str, subject: str) -> i
     return int(msg.seq or 0)
 
 
+@functools.cache
+def _replicated() -> bool:
+    return env_int("HOLDLINE_STREAM_REPLICAS", 1) > 1
+
+
 async def read_subject(
     js: JetStreamContext,
     stream: str,
@@ -103,13 +124,62 @@ async def read_subject(
     *,
     batch: int = 256,
     timeout_s: float = 5.0,
+    consistent: bool | None = None,
 ) -> Replayed[B]:
     """Every message of one subject (wildcards allowed), in order, by batched direct get.
 
     One request per `batch` messages, served by the stream leader (or any replica with
     `allow_direct`) without creating a consumer: loading an aggregate this way costs one
     round trip instead of a consumer's create, fetch and delete.
+
+    Any replica may answer a direct get, and one that is catching up (just restarted, or
+    woken from a pause with requests queued) answers with what it has: an aggregate's
+    newest events missing, or none at all. With replicated streams (`consistent`, by
+    default when HOLDLINE_STREAM_REPLICAS > 1) the leader's last sequence of the subject is
+    asked first (one more round trip) and a shorter answer is completed from the leader;
+    `StaleReplica` (a "broker unavailable" error that handlers retry) only if even that fails.
     """
+    if consistent is None:
+        consistent = _replicated()
+    if not consistent or any(c in subject for c in "*>"):
+        return await _read_subject(
+            js, stream, subject, codec, batch=batch, timeout_s=timeout_s
+        )
+    floor = await last_subject_seq(js, stream, subject)
+    out = await _read_subject(js, stream, subject, codec, batch=batch, timeout_s=timeout_s)
+    # A follower a few writes behind (every write reaches the followers a moment after the
+    # leader): the missing tail comes from the leader, one message per request.
+    while out.last_seq < floor:
+        try:
+            msg = await js.get_msg(stream, seq=out.last_seq + 1, subject=subject, next=True)
+        except NotFoundError:
+            raise StaleReplica from None
+        if msg.seq is None or msg.seq <= out.last_seq:
+            raise StaleReplica
+        _add(out, codec, int(msg.seq), msg.data or b"", msg.subject or subject)
+    return out
+
+
+def _add(out: Replayed[B], codec: EventCodec[B], seq: int, data: bytes, subject: str) -> None:
+    """Decode one message into `out` (or record why it does not decode)."""
+    out.last_seq = seq
+    try:
+        envelope = codec.decode(data)
+    except EventDecodeError as exc:
+        out.rejected.append((seq, exc))
+        return
+    out.items.append(Received(envelope=envelope, subject=subject, stream_seq=seq, num_delivered=1))
+
+
+async def _read_subject(
+    js: JetStreamContext,
+    stream: str,
+    subject: str,
+    codec: EventCodec[B],
+    *,
+    batch: int,
+    timeout_s: float,
+) -> Replayed[B]:
     # nats-py exposes no batched direct get; the request is plain JetStream API.
     nc = js._nc
     api = f"{js._prefix}.DIRECT.GET.{stream}"
@@ -134,20 +204,7 @@ async def read_subject(
                     raise RuntimeError(f"direct get on {stream} failed: {status} {headers}")
                 seq = int(headers["Nats-Sequence"])
                 pending = int(headers.get("Nats-Num-Pending", "0"))
-                out.last_seq = seq
-                try:
-                    envelope = codec.decode(msg.data)
-                except EventDecodeError as exc:
-                    out.rejected.append((seq, exc))
-                    continue
-                out.items.append(
-                    Received(
-                        envelope=envelope,
-                        subject=headers.get("Nats-Subject", subject),
-                        stream_seq=seq,
-                        num_delivered=1,
-                    )
-                )
+                _add(out, codec, seq, msg.data, headers.get("Nats-Subject", subject))
         finally:
             await sub.unsubscribe()
         if pending == 0:

@@ -10,18 +10,63 @@ Three guards against duplicates, each for its own horizon:
 
 from __future__ import annotations
 
+import asyncio
+import functools
+import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
+import nats.errors
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, KeyNotFoundError, KeyWrongLastSequenceError
+from nats.js.errors import (
+    APIError,
+    KeyNotFoundError,
+    KeyWrongLastSequenceError,
+    NoStreamResponseError,
+    ServiceUnavailableError,
+)
 from nats.js.kv import KeyValue
 
 from libs import tracing
+from libs.config import env_float
 from libs.events import Envelope, EventCodec
+
+log = logging.getLogger(__name__)
 
 # JetStream's error code for a failed Nats-Expected-Last-Subject-Sequence check.
 _WRONG_LAST_SEQUENCE = 10071
+# "Temporarily unavailable": the stream is between leaders.
+_UNAVAILABLE = 503
+
+
+class StaleReplica(nats.errors.Error):
+    """A replica answered a read with less than the stream leader holds (it is catching up)."""
+
+    def __str__(self) -> str:
+        return "nats: a replica behind the stream leader answered; read again"
+
+
+def broker_unavailable(exc: BaseException) -> bool:
+    """Whether an error means "the broker cannot answer right now" (a stream or consumer
+    between leaders, a node gone, a reconnect in progress), not "the request was wrong"."""
+    if isinstance(exc, APIError):
+        return exc.code == _UNAVAILABLE or isinstance(exc, ServiceUnavailableError)
+    return isinstance(
+        exc,
+        NoStreamResponseError
+        | nats.errors.NoRespondersError
+        | nats.errors.TimeoutError
+        | StaleReplica,
+    )
+
+
+@functools.cache
+def _retry_window_s() -> float:
+    # How long one append keeps trying while its stream has no leader (a node died and the
+    # replicas elect another, a few seconds): longer than an election, shorter than ack_wait
+    # of the callers' own redelivery in production.
+    return env_float("HOLDLINE_APPEND_RETRY_S", 8.0)
 
 
 class ConcurrencyConflict(Exception):
@@ -64,7 +109,9 @@ async def append(
     """Publish one event and wait for the broker's acknowledgement.
 
     The message id defaults to the event id, so re-publishing the same event object is a
-    no-op. `expected_last_subject_seq=0` means "the subject must be empty".
+    no-op. `expected_last_subject_seq=0` means "the subject must be empty". While the
+    stream is between leaders (a cluster node died) the publish is retried for a few
+    seconds under the same message id, so the broker stores it once.
     """
     with tracing.append_span(subject, envelope.event_id) as trace_headers:
         hdrs: dict[str, str] = {"Nats-Msg-Id": msg_id or envelope.event_id, **trace_headers}
@@ -72,13 +119,34 @@ async def append(
             hdrs.update(headers)
         if expected_last_subject_seq is not None:
             hdrs["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
-        try:
-            ack = await js.publish(subject, codec.encode(envelope), headers=hdrs)
-        except APIError as exc:
-            if exc.err_code == _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
-                raise ConcurrencyConflict(subject, expected_last_subject_seq) from exc
-            raise
-    return Appended(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
+        payload = codec.encode(envelope)
+        deadline = time.monotonic() + _retry_window_s()
+        delay = 0.05
+        # Whether an earlier try may have been stored with its ack lost (a timeout, not a
+        # refusal): then a "duplicate" answer is this call's own first write.
+        maybe_stored = False
+        while True:
+            try:
+                ack = await js.publish(subject, payload, headers=hdrs)
+                break
+            except APIError as exc:
+                if exc.err_code == _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
+                    raise ConcurrencyConflict(subject, expected_last_subject_seq) from exc
+                if not broker_unavailable(exc) or time.monotonic() >= deadline:
+                    raise
+            except (NoStreamResponseError, nats.errors.NoRespondersError):
+                # Nobody leads the stream right now: nothing was stored.
+                if time.monotonic() >= deadline:
+                    raise
+            except nats.errors.TimeoutError:
+                maybe_stored = True
+                if time.monotonic() >= deadline:
+                    raise
+            log.info("append to %s: stream unavailable, retrying", subject)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+    duplicate = bool(ack.duplicate) and not maybe_stored
+    return Appended(stream=ack.stream, seq=ack.seq, duplicate=duplicate)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,15 +164,27 @@ async def claim_once(kv: KeyValue, key: str, value: bytes) -> Claim:
     This is how "the same intent again" is told apart from "a different request reusing an
     intent key", which is an error and never a silent duplicate.
     """
-    try:
-        revision = await kv.create(key, value)
-    except KeyWrongLastSequenceError:
-        entry = await kv.get(key)
-        existing = entry.value or b""
-        if existing != value:
-            raise ClaimConflict(key, existing) from None
-        return Claim(created=False, value=existing, revision=entry.revision or 0)
+    deadline = time.monotonic() + _retry_window_s()
+    while True:
+        try:
+            revision = await kv.create(key, value)
+            break
+        except (NoStreamResponseError, nats.errors.NoRespondersError):
+            # The bucket is between leaders: nothing was written, so trying again is safe.
+            if time.monotonic() >= deadline:
+                raise
+            await asyncio.sleep(0.1)
+        except KeyWrongLastSequenceError:
+            return await _existing_claim(kv, key, value)
     return Claim(created=True, value=value, revision=revision)
+
+
+async def _existing_claim(kv: KeyValue, key: str, value: bytes) -> Claim:
+    entry = await kv.get(key)
+    existing = entry.value or b""
+    if existing != value:
+        raise ClaimConflict(key, existing) from None
+    return Claim(created=False, value=existing, revision=entry.revision or 0)
 
 
 async def read_claim(kv: KeyValue, key: str) -> bytes | None:

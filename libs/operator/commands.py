@@ -12,6 +12,7 @@ from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from libs.bus import Topology, connect
+from libs.bus.connection import without_credentials
 from libs.config import BusSettings
 
 from .deadletters import OperatorError, read_letters, redrive
@@ -26,7 +27,11 @@ _CONNECT_TIMEOUT_S = 5.0
 
 async def run(args: argparse.Namespace) -> int:
     """Run one operator command against the broker named by NATS_URL / HOLDLINE_PREFIX."""
-    settings = BusSettings.from_env()
+    try:
+        settings = BusSettings.from_env()
+    except ValueError as exc:
+        print(f"holdline: bad settings: {exc}", file=sys.stderr)
+        return UNAVAILABLE
     topology = Topology(settings.prefix)
     action = _ACTIONS[(args.command, getattr(args, "dlq_command", None))]
     try:
@@ -35,7 +40,8 @@ async def run(args: argparse.Namespace) -> int:
             connect(settings, name="holdline-operator"), timeout=_CONNECT_TIMEOUT_S
         )
     except Exception as exc:  # noqa: BLE001 - any failure to connect ends the command the same way
-        print(f"holdline: cannot reach the broker at {settings.nats_url}: {exc!r}", file=sys.stderr)
+        where = ", ".join(without_credentials(url) for url in settings.servers)
+        print(f"holdline: cannot reach the broker at {where}: {exc!r}", file=sys.stderr)
         return UNAVAILABLE
     try:
         return await action(nc.jetstream(), topology, args)

@@ -26,7 +26,7 @@ class CoordinatorRuntime(Runtime):
 
     async def readiness(self) -> tuple[bool, str]:
         """Broker, streams and consumers in place, and the projections rebuilt."""
-        if not self.rebuilt.is_set():
+        if self.declare_problem is None and not self.rebuilt.is_set():
             return False, "rebuilding projections"
         return await super().readiness()
 

@@ -8,6 +8,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from libs import metrics
 from libs.bus import Context, DurableConsumer, spec_for
 from libs.events import DELIVERIES, INTERACTION, OPERATIONS, EventCodec
 from libs.service import ConsumerFactory, Runtime, create_service_app
@@ -24,7 +25,7 @@ class PolicyRuntime(Runtime):
 
     async def readiness(self) -> tuple[bool, str]:
         """Broker, streams and consumers in place, and the projections rebuilt."""
-        if not self.rebuilt.is_set():
+        if self.declare_problem is None and not self.rebuilt.is_set():
             return False, "rebuilding projections"
         return await super().readiness()
 
@@ -33,6 +34,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The delivery-policy service."""
     settings = settings or Settings.from_env()
     bus = settings.bus
+    metrics.initialise_deliveries()
     runtime = PolicyRuntime(name=SERVICE, settings=bus, publishes=(Context.DELIVERIES,))
     gate = Gate(runtime, settings)
     # One durable consumer per partition; each sees every message and works only on its own.

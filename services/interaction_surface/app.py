@@ -17,6 +17,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
+from libs import metrics
 from libs.admission import Admission, LoadView
 from libs.bus import Context, DurableConsumer, spec_for
 from libs.config import env_str
@@ -107,6 +108,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await load_view.follow(js, runtime.topology)
         await view.caught_up.wait()
         await load_view.caught_up.wait()
+        metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
+        metrics.initialise_deliveries()
         admission = Admission(
             js, runtime.topology, registry, load_view, runtime.bucket("intents")
         )

@@ -26,7 +26,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from libs.bus import EVENT_CODECS, Context, Topology
+from libs.bus import EVENT_CODECS, Context, Topology, follow_heartbeat_s
 from libs.domain import (
     BatchState,
     DeliveryState,
@@ -353,6 +353,7 @@ class SurfaceView:
                     topology.context_filter(context),
                     stream=topology.stream_name(context),
                     ordered_consumer=True,
+                    idle_heartbeat=follow_heartbeat_s(),
                     deliver_policy=DeliverPolicy.ALL,
                     cb=self._handler(context, targets[context], pending),
                 )

@@ -19,6 +19,7 @@ It returns on acceptance; operations run elsewhere.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -143,6 +144,10 @@ class Turns:
         try:
             async with lock:
                 answer = await self._turn(request, turn_id)
+        except Exception:
+            if key is not None:
+                await self._release_client_turn(key, turn_id)
+            raise
         finally:
             if not lock.locked():
                 self._locks.pop(session_id, None)
@@ -162,6 +167,18 @@ class Turns:
         except KeyWrongLastSequenceError:
             return await self._stored_answer(key)
         return None
+
+    async def _release_client_turn(self, key: str, turn_id: str) -> None:
+        """A turn that failed before its answer (a 503 while the broker elects a leader)
+        gives its client turn id back, so the client's retry with the same id runs it
+        instead of waiting for an answer that will never be stored. What it appended
+        stays; intent keys keep the retry from admitting anything twice."""
+        kv = self._rt.bucket("turns")
+        with contextlib.suppress(Exception):
+            entry = await kv.get(key)
+            stored = json.loads(entry.value or b"{}")
+            if stored.get("state") == "pending" and stored.get("turn_id") == turn_id:
+                await kv.delete(key, last=entry.revision)
 
     async def _stored_answer(self, key: str) -> dict[str, Any]:
         kv = self._rt.bucket("turns")

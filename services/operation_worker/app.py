@@ -8,8 +8,9 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
-from libs import tracing
+from libs import metrics, tracing
 from libs.bus import Context, DurableConsumer
+from libs.domain import TERMINAL
 from libs.events import OPERATIONS, WORK
 from libs.problems import install_problem_handlers, problem
 from libs.service import Runtime, create_service_app
@@ -29,6 +30,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     client.event_hooks["request"].append(tracing.inject_headers)
     # Raises DeclarationError (and the service does not start) on any bad tool declaration.
     registry = default_registry(client)
+    metrics.initialise_tools(
+        (t.name for t in registry.tools(include_internal=True)), [s.value for s in TERMINAL]
+    )
     holder: dict[str, Worker] = {}
 
     def worker(runtime: Runtime) -> Worker:

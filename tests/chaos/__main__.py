@@ -25,8 +25,12 @@ def main() -> int:
     parser.add_argument("--sessions", type=int, default=4, help="concurrent session loops")
     parser.add_argument("--quiesce", type=float, default=120.0, help="max seconds to settle")
     parser.add_argument(
-        "--json", type=Path, default=_ROOT / "bench" / "results" / "chaos.json",
-        help="where to write the figures",
+        "--cluster", action="store_true",
+        help="a 3-node JetStream cluster (R3); node kills, pauses, restarts and wipes join in",
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None,
+        help="where to write the figures (bench/results/chaos[-cluster].json)",
     )
     parser.add_argument("--keep", action="store_true", help="keep the logs and the broker store")
     args = parser.parse_args()
@@ -41,6 +45,10 @@ def main() -> int:
         root=root,
         session_loops=args.sessions,
         quiesce_s=args.quiesce,
+        cluster=args.cluster,
+    )
+    out = args.json or _ROOT / "bench" / "results" / (
+        "chaos-cluster.json" if args.cluster else "chaos.json"
     )
     try:
         figures = asyncio.run(run(config))
@@ -50,9 +58,9 @@ def main() -> int:
         else:
             shutil.rmtree(root, ignore_errors=True)
     print(table(figures))
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(figures, indent=2) + "\n")
-    print(f"figures written to {args.json}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"figures written to {out}")
     return 1 if figures["violations"] else 0
 
 

@@ -14,6 +14,12 @@ Kinds, named for what they really do:
   which adds latency for a few seconds or cuts every connection;
 - `duplicate_publish`: re-publish a stored event with its `Nats-Msg-Id` (expected-sequence
   headers removed): the broker must answer `duplicate` and store nothing.
+
+On a cluster (`--cluster`) the whole-broker kill gives way to faults of one node at a time,
+so a quorum always remains: `node_kill9` (down 0.5-3 s), `node_pause` (SIGSTOP for 2-12 s,
+often past the Raft election timeout of 4-9 s), `node_restart` (SIGTERM: lame duck, then
+back) and `node_empty_disk` (kill -9, store deleted, back empty: it must catch up from the
+others).
 """
 
 from __future__ import annotations
@@ -50,6 +56,8 @@ KINDS = (
     "proxy_drop",
     "duplicate_publish",
 )
+NODE_KINDS = ("node_kill9", "node_pause", "node_restart", "node_empty_disk")
+CLUSTER_KINDS = tuple(k for k in KINDS if k != "kill9:broker") + NODE_KINDS
 _PAUSABLE = (
     "operation_worker",
     "operation_worker_2",
@@ -72,6 +80,7 @@ class Injector:
     js: JetStreamContext
     rng: random.Random
     gap_s: tuple[float, float] = (1.5, 4.0)
+    kinds: tuple[str, ...] = KINDS
     injected: Counter[str] = field(default_factory=Counter)
     # Picked but not possible at that moment (target busy, nothing to cut): tried again later.
     deferred: Counter[str] = field(default_factory=Counter)
@@ -87,13 +96,13 @@ class Injector:
         """
         deadline = time.monotonic() + duration_s
         overtime = deadline + duration_s / 2
-        plan = list(KINDS)
+        plan = list(self.kinds)
         self.rng.shuffle(plan)
         while (now := time.monotonic()) < deadline or (plan and now < overtime):
             await asyncio.sleep(self.rng.uniform(*self.gap_s))
             if time.monotonic() >= (overtime if plan else deadline):
                 break
-            kind = plan.pop(0) if plan else self.rng.choice(KINDS)
+            kind = plan.pop(0) if plan else self.rng.choice(self.kinds)
             try:
                 done = await self._inject(kind)
             except Exception as exc:  # not injected now; retried later
@@ -130,6 +139,8 @@ class Injector:
             self._say(kind, f"down {down:.1f}s")
             await system.restart_broker(down)
             return True
+        if kind in NODE_KINDS:
+            return self._node(kind)
         if kind.startswith("kill9:"):
             name = kind.split(":", 1)[1]
             if name == "operation_worker":
@@ -167,6 +178,35 @@ class Injector:
         if kind == "duplicate_publish":
             return await self._duplicate()
         raise ValueError(kind)
+
+    def _node(self, kind: str) -> bool:
+        system = self.system
+        if "broker" in system.busy:
+            return False  # one node at a time: the other two keep the quorum
+        index = self.rng.randrange(len(system.nodes))
+        system.busy.add("broker")  # claimed now, before the task runs
+        if kind == "node_pause":
+            seconds = self.rng.uniform(2.0, 12.0)
+            self._say(kind, f"n{index} SIGSTOP {seconds:.1f}s")
+            self._spawn(self._node_task(system.pause_node(index, seconds)))
+            return True
+        down = self.rng.uniform(0.5, 3.0)
+        self._say(kind, f"n{index} down {down:.1f}s")
+        self._spawn(
+            self._node_task(
+                system.node_fault(
+                    index,
+                    kill=kind != "node_restart",
+                    down_s=down,
+                    empty_disk=kind == "node_empty_disk",
+                )
+            )
+        )
+        return True
+
+    async def _node_task(self, fault: Coroutine[Any, Any, None]) -> None:
+        self.system.busy.discard("broker")
+        await fault
 
     async def _pause(self, name: str, seconds: float) -> None:
         self.system.busy.discard(name)

@@ -17,6 +17,7 @@ from nats.aio.client import Client
 from libs.bus import Context, Topology, connect
 from libs.config import BusSettings
 from libs.domain import TERMINAL
+from tests.support.cluster import Cluster
 
 from .checks import (
     OPEN,
@@ -30,7 +31,7 @@ from .checks import (
     replay_all,
 )
 from .driver import Driver
-from .faults import Injector
+from .faults import CLUSTER_KINDS, KINDS, Injector
 from .system import ChaosSystem
 
 _NUDGE_EVERY_S = 4.0
@@ -46,6 +47,8 @@ class Config:
     session_loops: int = 4
     quiesce_s: float = 90.0
     gap_s: tuple[float, float] = (1.5, 4.0)
+    # A three-node cluster (R3) whose nodes are killed, paused and wiped too.
+    cluster: bool = False
 
 
 def _quiet(state: Replayed) -> bool:
@@ -124,17 +127,25 @@ async def run(config: Config) -> dict[str, Any]:
         flush=True,
     )
     began = time.monotonic()
-    system = ChaosSystem(config.root)
+    system = ChaosSystem(
+        config.root, cluster=Cluster(config.root / "cluster") if config.cluster else None
+    )
     nc: Client | None = None
     driver: Driver | None = None
     try:
         await system.start()
         topology = Topology(system.stack.prefix)
         nc = await connect(
-            BusSettings(nats_url=system.broker.url, prefix=system.stack.prefix), name="chaos"
+            BusSettings(nats_url=system.nats_url, prefix=system.stack.prefix), name="chaos"
         )
         driver = Driver(system.stack.url, system.stack.provider_url, config.seed)
-        injector = Injector(system, nc.jetstream(), random.Random(config.seed), config.gap_s)
+        injector = Injector(
+            system,
+            nc.jetstream(),
+            random.Random(config.seed),
+            config.gap_s,
+            kinds=CLUSTER_KINDS if config.cluster else KINDS,
+        )
         drive = asyncio.create_task(driver.run(config.session_loops))
         await injector.run(config.duration_s)
         driver.stop.set()
@@ -145,8 +156,12 @@ async def run(config: Config) -> dict[str, Any]:
         await system.all_ready()
         state, quiesced_s = await _quiesce(nc, topology, driver, config.quiesce_s)
         await _seen_settles(driver, state)
-        # One last kill -9 of the broker: everything below is read back after its recovery.
-        await system.restart_broker(0.5)
+        # One last kill -9 of the broker (on a cluster: of a node): everything below is read
+        # back after its recovery.
+        if config.cluster:
+            await system.node_fault(0, kill=True, down_s=0.5)
+        else:
+            await system.restart_broker(0.5)
         await system.all_ready()
         state = await _replay_when_back(nc, topology)
         verdict = Verdict()
@@ -166,6 +181,7 @@ async def run(config: Config) -> dict[str, Any]:
         dlq = await js.stream_info(topology.stream_name(Context.DLQ))
         figures: dict[str, Any] = {
             "seed": config.seed,
+            "broker": "3-node cluster, R3" if config.cluster else "single node",
             "fault_duration_s": config.duration_s,
             "quiesce_s": round(quiesced_s, 1),
             "wall_s": round(time.monotonic() - began, 1),

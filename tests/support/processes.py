@@ -50,6 +50,14 @@ class Broker:
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path | None = None
+    # More command-line options (a cluster node's name and routes).
+    args: tuple[str, ...] = ()
+    paused: bool = False
+
+    @property
+    def running(self) -> bool:
+        """Started, not exited, not paused."""
+        return self.proc is not None and self.proc.poll() is None and not self.paused
 
     @property
     def url(self) -> str:
@@ -69,6 +77,7 @@ class Broker:
             "-js",
             "-sd",
             str(self.store),
+            *self.args,
         ]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
@@ -80,9 +89,22 @@ class Broker:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP: the node keeps its sockets open and answers nothing."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGSTOP)
+            self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT after `pause`."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+        self.paused = False
+
     def stop(self) -> None:
         """Stop the server if it runs."""
         if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)  # a paused server cannot handle SIGTERM
             self.proc.terminate()
             try:
                 self.proc.wait(timeout=10)

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -24,6 +24,13 @@ SERVICES = {
     "operation-worker": "OPERATION_WORKER",
     "batch-coordinator": "BATCH_COORDINATOR",
     "delivery-policy": "DELIVERY_POLICY",
+}
+# The extra processes of `holdline run --cluster N`: name -> the port variable it listens on.
+CLUSTER_SERVICES = {
+    "interaction-surface-2": "INTERACTION_SURFACE_2",
+    "operation-worker-2": "OPERATION_WORKER_2",
+    "batch-coordinator-p1": "BATCH_COORDINATOR_P1",
+    "delivery-policy-p1": "DELIVERY_POLICY_P1",
 }
 _STARTED = re.compile(r"^\[supervisor\] started (?P<name>[\w-]+) \(pid (?P<pid>\d+)\)")
 
@@ -88,6 +95,8 @@ class Running:
     proc: subprocess.Popen[str]
     output: Output
     ports: dict[str, int]
+    # The environment the supervisor was started with.
+    env: dict[str, str] = field(default_factory=dict)
 
     def url(self, service: str) -> str:
         """A service's base URL."""
@@ -107,9 +116,13 @@ class Running:
 
 
 @contextlib.contextmanager
-def holdline_run(root: Path, env: dict[str, str] | None = None) -> Iterator[Running]:
-    """Start `holdline run` with its data under `root`; kill what is left on exit."""
-    ports = {name: free_port() for name in SERVICES}
+def holdline_run(
+    root: Path, env: dict[str, str] | None = None, *, cluster: int = 0
+) -> Iterator[Running]:
+    """Start `holdline run` (`--cluster N` when given) with its data under `root`, on free
+    ports; kill what is left on exit."""
+    names = [*SERVICES, *(CLUSTER_SERVICES if cluster else ())]
+    ports = {name: free_port() for name in names}
     full = {
         **os.environ,
         "NATS_PORT": str(free_port()),
@@ -119,14 +132,21 @@ def holdline_run(root: Path, env: dict[str, str] | None = None) -> Iterator[Runn
         **(env or {}),
     }
     full.pop("NATS_URL", None)
-    for name, prefix in SERVICES.items():
-        full[f"{prefix}_PORT"] = str(ports[name])
+    for name, prefix in {**SERVICES, **CLUSTER_SERVICES}.items():
+        if name in ports:
+            full[f"{prefix}_PORT"] = str(ports[name])
+    if cluster:
+        full["NATS_PORTS"] = ",".join(str(free_port()) for _ in range(cluster))
+        full["NATS_CLUSTER_PORTS"] = ",".join(str(free_port()) for _ in range(cluster))
     full["SANDBOX_PROVIDER_URL"] = f"http://127.0.0.1:{ports['sandbox-provider']}"
     full["HOLDLINE_CALLBACK_URL"] = (
         f"http://127.0.0.1:{ports['operation-worker']}/v1/callbacks/sandbox"
     )
+    argv = [str(Path(sys.executable).parent / "holdline"), "run"]
+    if cluster:
+        argv += ["--cluster", str(cluster)]
     proc = subprocess.Popen(
-        [str(Path(sys.executable).parent / "holdline"), "run"],
+        argv,
         cwd=ROOT,
         env=full,
         stdout=subprocess.PIPE,
@@ -135,7 +155,7 @@ def holdline_run(root: Path, env: dict[str, str] | None = None) -> Iterator[Runn
     )
     output = Output(proc)
     try:
-        yield Running(proc, output, ports)
+        yield Running(proc, output, ports, full)
     finally:
         if proc.poll() is None:
             proc.kill()

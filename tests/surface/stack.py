@@ -42,6 +42,9 @@ class SurfaceStack:
     surface_env: dict[str, str] = field(default_factory=dict)
     # A second surface process on the same streams (another model), when given.
     second_surface_env: dict[str, str] | None = None
+    # More processes started with the others: name -> (service package, env over the
+    # package's own), e.g. a second worker or partition 1 of the coordinator.
+    extra: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)
     procs: dict[str, ServiceProcess] = field(default_factory=dict)
 
     @property
@@ -100,6 +103,14 @@ class SurfaceStack:
             self.procs["second_surface"] = ServiceProcess(
                 "interaction_surface", env, port, self.logs / "second_surface.log"
             )
+        for name, (package, overrides) in self.extra.items():
+            port = free_port()
+            env = {
+                **self.procs[package].env,
+                f"{package.upper()}_PORT": str(port),
+                **overrides,
+            }
+            self.procs[name] = ServiceProcess(package, env, port, self.logs / f"{name}.log")
         for proc in self.procs.values():
             proc.start(wait_ready=False)
         for proc in self.procs.values():

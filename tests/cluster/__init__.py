@@ -1,0 +1,1 @@
+"""Holdline on a three-node JetStream cluster with nodes killed, paused and wiped."""
