@@ -206,9 +206,11 @@ class ModelEndpoint:
         deadline: float | None,
     ) -> T:
         """POST to `path` and fold the stream, within our timeout and the caller's deadline."""
+        # The client first: building one (TLS context) is not part of the answer's budget.
+        client = self._http()
         own = time.monotonic() + self.timeout_s
         return await stream_post(
-            self._http(),
+            client,
             f"{self.base_url}{path}",
             body,
             read,

@@ -7,6 +7,7 @@ with what the surface acknowledged, with what clients saw, and with the surface'
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from libs.events import (
     TurnReplied,
 )
 from libs.operator.rebuild import rebuild
+from libs.tools import ToolRegistry, default_registry
 from services.interaction_surface.snapshot import (
     batch_view,
     delivery_view,
@@ -230,6 +232,12 @@ def _json(value: dict[str, Any]) -> dict[str, Any]:
     return decoded
 
 
+@functools.cache
+def _labels() -> ToolRegistry:
+    # The chaos system runs the demo tools only, as this process's registry has them.
+    return default_registry()
+
+
 def rebuilt_view(state: Replayed, session_id: str) -> dict[str, Any]:
     """The parts of a snapshot that the projections determine, from the replayed state."""
     sess = state.sessions[session_id]
@@ -239,7 +247,8 @@ def rebuilt_view(state: Replayed, session_id: str) -> dict[str, Any]:
                 message_view(m.role, m.text, m.turn_id, m.delivery_id) for m in sess.messages
             ],
             "operations": sorted(
-                (operation_view(o) for o in state.operations.values()
+                # Labelled as the surface labels them: from the tools' declarations.
+                (operation_view(o, _labels().label) for o in state.operations.values()
                  if o.session_id == session_id),
                 key=lambda v: v["operation_id"],
             ),
