@@ -107,10 +107,12 @@ CALLS = metrics.TELEPHONY_CALLS
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # The largest text frame read from a phone stream; a bigger one closes the stream (1009).
 _MAX_FRAME_CHARS = 64 * 1024
-# Outbound media message size: 100 ms of μ-law, small enough that a clear cuts promptly.
-_MEDIA_BYTES = 800
+# Outbound media message size: 40 ms of μ-law, so paced sending stops within 40 ms.
+_MEDIA_BYTES = 320
 _WALL_FRAMES = 256
-_PREROLL_FRAMES = 15
+# Speech is confirmed up to the VAD's confirm window after its first voiced frame: the
+# recognizer still gets the first syllable.
+_PREROLL_FRAMES = 25
 # A resumed rest that is cut and proves false again resumes at most this many times.
 _MAX_RESUMES = 2
 _RESUME = ".resume"
@@ -199,6 +201,8 @@ class SpeechPorts:
     awaiting_confirmation: Callable[[str], bool] | None = None
     # Inter-digit pause that ends a DTMF entry without `#`.
     dtmf_pause_ms: int = 2000
+    # Agent audio sent ahead of the playout model (0: the whole reply at once).
+    playout_lead_ms: int = 160
 
 
 @dataclass
@@ -252,6 +256,12 @@ class Call:
         self._digits = ""
         self._dtmf_turns = 0
         self._dtmf_timer: asyncio.Task[None] | None = None
+        # Closed while a suspected barge-in is being checked: nothing more is sent, nothing
+        # is flushed, so a false alarm costs at most a short gap and repeats nothing.
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self.held_since: float | None = None
+        self.false_alarms = 0
 
     # ------------------------------------------------------------------ clocks
 
@@ -312,6 +322,16 @@ class Call:
         return time.perf_counter()
 
     async def _on_vad(self, event: VadEvent) -> None:
+        if event.kind == "suspected":
+            if self.ledger.active and self._flowing.is_set():
+                self._flowing.clear()
+                self.held_since = self._wall_of(event.first_voiced_ms + 20)
+            return
+        if event.kind == "rejected":
+            if not self._flowing.is_set():
+                self.false_alarms += 1
+                self._release()
+            return
         if event.kind == "started":
             if self._verdict is not None:
                 # More speech before the window ended: its own end decides.
@@ -319,6 +339,7 @@ class Call:
                 self._verdict = None
             if self.ledger.active or self._turn_task is not None:
                 await self.barge_in(self._wall_of(event.first_voiced_ms + 20))
+            self._release()
             if self.ports.stt is not None:
                 self._recognizer = self.ports.stt.session()
                 for earlier in self._preroll:
@@ -335,6 +356,11 @@ class Call:
                 self._verdict = asyncio.create_task(self._await_false_interruption())
         if text and self.ports.turn is not None:
             self._turn_task = asyncio.create_task(self._turn(text))
+
+    def _release(self) -> None:
+        """Sending may go on (a false alarm, or the barge-in already flushed the line)."""
+        self.held_since = None
+        self._flowing.set()
 
     async def barge_in(self, first_voiced_wall: float) -> None:
         """The user spoke over the agent: stop the voice now, then record what was heard."""
@@ -536,10 +562,12 @@ class Call:
         return dropped
 
     async def _stream(self, playback_id: str, text: str, ids: dict[str, str | None]) -> None:
-        sent = 0
-        async for chunk in self.ports.tts.stream(text):
-            for start in range(0, len(chunk), _MEDIA_BYTES):
-                piece = chunk[start : start + _MEDIA_BYTES]
+        """Synthesis runs ahead into a queue; sending follows the playout pace."""
+        pieces: asyncio.Queue[bytes | None] = asyncio.Queue()
+        producer = asyncio.create_task(self._synthesize(playback_id, text, ids, pieces))
+        try:
+            while (piece := await pieces.get()) is not None:
+                await self._pace()
                 await self._send(
                     {
                         "event": "media",
@@ -547,15 +575,52 @@ class Call:
                         "media": {"payload": base64.b64encode(piece).decode()},
                     }
                 )
-                self.ledger.add_audio(playback_id, ulaw_ms(piece))
-                sent += len(piece)
+                self.ledger.add_audio(playback_id, ulaw_ms(piece), self.now_ms())
+            # A failed synthesis raises here: no mark for audio that never finished.
+            await producer
+        finally:
+            if not producer.done():
+                producer.cancel()
         await self._send(
             {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": playback_id}}
         )
         self.ledger.sent(playback_id)
-        self.interaction(
-            PlaybackStarted(text=text, duration_ms=ulaw_ms(sent)), playback_id=playback_id, **ids
-        )
+
+    async def _synthesize(
+        self,
+        playback_id: str,
+        text: str,
+        ids: dict[str, str | None],
+        pieces: asyncio.Queue[bytes | None],
+    ) -> None:
+        """TTS into media-sized pieces; `playback.started` once the whole length is known
+        (the policy sees the agent talking from the start of the utterance)."""
+        sent = 0
+        try:
+            async for chunk in self.ports.tts.stream(text):
+                for start in range(0, len(chunk), _MEDIA_BYTES):
+                    pieces.put_nowait(chunk[start : start + _MEDIA_BYTES])
+                sent += len(chunk)
+            self.interaction(
+                PlaybackStarted(text=text, duration_ms=ulaw_ms(sent)),
+                playback_id=playback_id, **ids,
+            )
+        finally:
+            pieces.put_nowait(None)
+
+    async def _pace(self) -> None:
+        """Wait until the next piece may go: not held, and at most the lead queued ahead.
+
+        Real-time pace with a small lead: a stop (hold or clear) costs at most the lead
+        plus one piece, and the playout model stays close to what the phone plays.
+        """
+        lead = self.ports.playout_lead_ms
+        while True:
+            await self._flowing.wait()
+            ahead = self.ledger.queued_ms(self.now_ms())
+            if lead <= 0 or ahead <= lead:
+                return
+            await asyncio.sleep((ahead - lead) / 1000)
 
     # ------------------------------------------------------------------ turns
 
@@ -614,6 +679,7 @@ class Call:
         policy never re-decides a delivery while it still believes the call is there.
         """
         self.closed = True
+        self._flowing.set()
         recorded = asyncio.Event()
 
         async def disconnected() -> None:

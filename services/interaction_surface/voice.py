@@ -44,7 +44,7 @@ from .telephony import (
 )
 from .turns import TurnInput
 from .twilio_trust import CLAIM_MARGIN_S
-from .vad import VadConfig
+from .vad import VadConfig, load_silero
 
 log = logging.getLogger(__name__)
 
@@ -213,11 +213,15 @@ async def start_voice(
             for op in surface.view.session_operations(session_id)
         )
 
+    vad = VadConfig.from_env()
+    if vad.detector == "silero":
+        # At start-up: a missing model fails the start, not the first call.
+        load_silero()
     tts = tts_from_env()
     telephony.ports = SpeechPorts(
         tts=tts,
         stt=await _stt(tts),
-        vad=VadConfig.from_env(),
+        vad=vad,
         record=record,
         append_control=control,
         turn=turn,
@@ -225,4 +229,5 @@ async def start_voice(
         delivery_texts=delivery_texts,
         awaiting_confirmation=awaiting_confirmation,
         dtmf_pause_ms=env_int("HOLDLINE_DTMF_PAUSE_MS", 2000),
+        playout_lead_ms=env_int("HOLDLINE_PLAYOUT_LEAD_MS", 160),
     )
