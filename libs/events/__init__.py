@@ -12,7 +12,7 @@ from .codec import (
     EventDecodeError,
     encode,
 )
-from .control import BargeIn, ControlEvent, OperationCancel, ResponseCancel
+from .control import Backchannel, BargeIn, ControlEvent, OperationCancel, ResponseCancel
 from .deliveries import (
     DeliveryAttached,
     DeliveryDecided,
@@ -82,6 +82,7 @@ __all__ = [
     "WORK",
     "AgentHandedOff",
     "AttemptOutcome",
+    "Backchannel",
     "BargeIn",
     "BatchDrained",
     "BatchEvent",

@@ -45,7 +45,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -62,6 +62,7 @@ from libs.bus import append
 from libs.domain import SessionState
 from libs.events import (
     CONTROL,
+    Backchannel,
     BargeIn,
     ChannelConnected,
     ChannelDisconnected,
@@ -80,8 +81,16 @@ from libs.problems import problem
 
 from .auth import hash_token, new_id, new_token
 from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_ms, ulaw_to_pcm16
+from .floor import FloorConfig, Word, answer_of, doubtful_values, is_backchannel, question
 from .playback import PlaybackLedger, Settled, carried_heard, unheard_rest
-from .speech import Recognizer, SpeechToText, TextToSpeech, final_text
+from .speech import (
+    Recognizer,
+    SpeechToText,
+    TextToSpeech,
+    final_text,
+    heard_words,
+    known_values,
+)
 from .twilio_trust import (
     SETTINGS_HEADER,
     SIGNATURE_HEADER,
@@ -116,6 +125,10 @@ _PREROLL_FRAMES = 25
 # A resumed rest that is cut and proves false again resumes at most this many times.
 _MAX_RESUMES = 2
 _RESUME = ".resume"
+# Said when the caller answers "no" to "did you say ...?".
+_NOT_DONE = "Okay, I have not done anything. Please say it again, or press the keys."
+# Looks at a voice turn's proposed calls before admission (see `floor.doubtful_values`).
+Review = Callable[[Sequence[tuple[str, Mapping[str, Any]]]], str | None]
 
 
 # The voice webhook's form is about a kilobyte; past this it is refused (413).
@@ -203,6 +216,7 @@ class SpeechPorts:
     dtmf_pause_ms: int = 2000
     # Agent audio sent ahead of the playout model (0: the whole reply at once).
     playout_lead_ms: int = 160
+    floor: FloorConfig = field(default_factory=FloorConfig)
 
 
 @dataclass
@@ -262,6 +276,9 @@ class Call:
         self._flowing.set()
         self.held_since: float | None = None
         self.false_alarms = 0
+        # A request heard with doubt, waiting for the caller's yes or no.
+        self._doubt: str | None = None
+        self._heard_turns = 0
 
     # ------------------------------------------------------------------ clocks
 
@@ -349,13 +366,55 @@ class Call:
         self.interaction(SpeechStopped(stream_ms=event.at_ms))
         recognizer, self._recognizer = self._recognizer, None
         text = (await final_text(recognizer)).strip() if recognizer is not None else ""
+        words = heard_words(recognizer, text) if recognizer is not None else []
+        floor = self.ports.floor
+        if (self._suspended or self._cancelled_turns) and is_backchannel(text, floor):
+            # "Mm-hmm" over the agent: an acknowledgement, not a turn.
+            self.control(Backchannel(text=text, continued=floor.continue_on_backchannel))
+            if floor.continue_on_backchannel:
+                self._resume_suspended()
+                return
         if self._suspended:
             if text:
                 self._settle_suspended("barge_in")
             else:
                 self._verdict = asyncio.create_task(self._await_false_interruption())
         if text and self.ports.turn is not None:
-            self._turn_task = asyncio.create_task(self._turn(text))
+            if self._doubt is not None:
+                answer = answer_of(text)
+                if answer is not None:
+                    self._answer_doubt(answer)
+                    return
+                # Something else: a new request replaces the doubtful one.
+                self._doubt = None
+            review = self._reviewer(text, words)
+            self._turn_task = asyncio.create_task(self._turn(text, review=review))
+
+    def _reviewer(self, text: str, words: list[Word]) -> Review:
+        """Before admission: calls built on doubtful words are held and the caller asked."""
+        known = known_values(self.ports.stt)
+
+        def review(calls: Sequence[tuple[str, Mapping[str, Any]]]) -> str | None:
+            if not doubtful_values(calls, words, known, self.ports.floor):
+                return None
+            self._doubt = text
+            return question(calls, words)
+
+        return review
+
+    def _answer_doubt(self, yes: bool) -> None:
+        """The caller's yes/no to "did you say ...?": the request runs as heard, or not."""
+        text, self._doubt = self._doubt, None
+        if text is None:
+            return
+        self._heard_turns += 1
+        if yes:
+            client_turn_id = f"heard-{self.connection_id}-{self._heard_turns}"
+            self._turn_task = asyncio.create_task(self._turn(text, client_turn_id))
+            return
+        task = asyncio.create_task(self._say_line(_NOT_DONE))
+        self._resumes.add(task)
+        task.add_done_callback(self._resumes.discard)
 
     def _release(self) -> None:
         """Sending may go on (a false alarm, or the barge-in already flushed the line)."""
@@ -414,14 +473,21 @@ class Call:
                 Settled(item.utterance, heard=False, played_ms=item.played_ms, reason=reason)
             )
 
+    async def _say_line(self, text: str) -> None:
+        await self.say(text, f"line-{self.connection_id}-{self._heard_turns}")
+
     async def _await_false_interruption(self) -> None:
         await asyncio.sleep(self.ports.vad.false_interruption_ms / 1000)
         self._verdict = None
+        self._resume_suspended()
+
+    def _resume_suspended(self) -> None:
+        """The interruption was not a turn: what it cut goes on from its first unheard word."""
+        # Not a turn: the generation that was cut can still answer.
+        self._cancelled_turns.clear()
         if self.closed or not self._suspended:
             return
         suspended, self._suspended = self._suspended, []
-        # No words and quiet since: the generation that was cut can still answer.
-        self._cancelled_turns.clear()
         for item in suspended:
             task = asyncio.create_task(self._resume(item))
             self._resumes.add(task)
@@ -488,6 +554,9 @@ class Call:
         if self._dtmf_timer is not None:
             self._dtmf_timer.cancel()
             self._dtmf_timer = None
+        if not self._digits and digit in "12" and self._doubt is not None:
+            self._answer_doubt(digit == "1")
+            return
         awaiting = self.ports.awaiting_confirmation
         if not self._digits and digit in "12" and awaiting and awaiting(self.session_id):
             self._dtmf_turn("yes" if digit == "1" else "no")
@@ -624,11 +693,14 @@ class Call:
 
     # ------------------------------------------------------------------ turns
 
-    async def _turn(self, text: str, client_turn_id: str | None = None) -> None:
+    async def _turn(
+        self, text: str, client_turn_id: str | None = None, review: Review | None = None
+    ) -> None:
         assert self.ports.turn is not None
         task = asyncio.current_task()
+        extra = (review,) if review is not None else ()
         turn_id, response_id, reply, attached = await self.ports.turn(
-            self.session, text, client_turn_id
+            self.session, text, client_turn_id, *extra
         )
         if task in self._cancelled_turns:
             self._cancelled_turns.discard(task)
