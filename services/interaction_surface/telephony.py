@@ -6,6 +6,11 @@ may arrive as strings, and a bad frame (garbage JSON, invalid base64, media befo
 `{session_id, token}` continues a session; `{user_id, tenant_id}` opens one. While the
 call is attached, the session's deliveries are spoken on it (`Call.say`).
 
+Paced playout: the agent's audio goes out at the pace it plays, `playout_lead_ms` ahead of
+the playout model. A suspected barge-in (the VAD's `suspected`: voiced, not yet known to be
+speech) closes a gate: nothing more is sent and nothing is flushed; `rejected` (a cough, a
+knock, background talk) opens it again and sending continues at the next byte.
+
 Barge-in: the VAD's `started` while agent audio is pending sends `clear` first (nothing is
 awaited on the bus before it), settles every pending utterance as unheard with its played
 milliseconds, cancels TTS and any reply still being generated, then records
@@ -31,8 +36,16 @@ Several surface processes share the streams; a call lives in exactly one of them
 owner is a KV key per call (`CallOwnership`), refreshed while the call lasts in a bucket
 whose entries expire, so a process killed mid-call stops owning its calls within one TTL.
 
+Backchannels and doubtful hearings are decided in `floor` (pure); the call applies them:
+an acknowledgement over the agent resumes what it cut, and a voice turn's calls built on
+doubtful words wait for the caller's yes (`_reviewer`, `_answer_doubt`).
+
 Trust (signatures, call tickets, the local-only rule without an auth token) is in
 `twilio_trust`; the routes here apply it before anything is stored.
+
+Long because one call is one state machine (inbound audio, playout, barge-in, resumes,
+DTMF, turns) whose parts share its state; the pure decisions live in `vad`, `playback` and
+`floor`, and the planned `voice/` package split divides the shell.
 """
 
 from __future__ import annotations
@@ -704,6 +717,8 @@ class Call:
         )
         if task in self._cancelled_turns:
             self._cancelled_turns.discard(task)
+            # A question the caller never heard cannot be answered.
+            self._doubt = None
             # Generated, never played: history keeps none of it.
             self.control(
                 ResponseCancel(reason="barge_in"), turn_id=turn_id, response_id=response_id

@@ -57,7 +57,7 @@ class VadConfig:
     """`HOLDLINE_VAD_DETECTOR` (`silero`|`webrtc`), `HOLDLINE_VAD_AGGRESSIVENESS` (0-3, 2),
     `HOLDLINE_VAD_MIN_SPEECH_MS` (60), `HOLDLINE_VAD_ENDPOINT_MS` (500),
     `HOLDLINE_VAD_MIN_RMS` (200, PCM16 units), `HOLDLINE_FALSE_INTERRUPTION_MS` (600; 0 turns
-    resuming off), `HOLDLINE_VAD_SPEECH_PROB` (0.5), `HOLDLINE_VAD_CONFIRM_MS` (64),
+    resuming off), `HOLDLINE_VAD_SPEECH_PROB` (0.5), `HOLDLINE_VAD_CONFIRM_MS` (32),
     `HOLDLINE_VAD_CONFIRM_WINDOW_MS` (160), `HOLDLINE_VAD_LEVEL_DB` (8; 0 turns it off)."""
 
     aggressiveness: int = 2
@@ -70,7 +70,7 @@ class VadConfig:
     # Silero's probability at or above which a 32 ms window is speech.
     speech_prob: float = 0.5
     # Speech Silero must hear in a run before it is the caller talking.
-    confirm_ms: int = 64
+    confirm_ms: int = 32
     # A suspicion not confirmed this long after its first voiced frame is a false alarm.
     confirm_window_ms: int = 160
     # A run more than this many dB below the caller's own speech level is not the caller.
@@ -99,7 +99,7 @@ class VadConfig:
             false_interruption_ms=env_int("HOLDLINE_FALSE_INTERRUPTION_MS", 600),
             detector=env_str("HOLDLINE_VAD_DETECTOR", "silero"),
             speech_prob=env_float("HOLDLINE_VAD_SPEECH_PROB", 0.5),
-            confirm_ms=env_int("HOLDLINE_VAD_CONFIRM_MS", 64),
+            confirm_ms=env_int("HOLDLINE_VAD_CONFIRM_MS", 32),
             confirm_window_ms=env_int("HOLDLINE_VAD_CONFIRM_WINDOW_MS", 160),
             level_db=env_float("HOLDLINE_VAD_LEVEL_DB", 8.0),
         )
@@ -326,7 +326,12 @@ class VoiceActivity:
             self._reset_run()
             return VadEvent("rejected", now_ms, start) if was_suspected else None
         level = self.caller.verdict(self._levels, self._voiced_ms, self.config.level_db)
-        if self._speech_ms >= max(self.config.confirm_ms, WINDOW_MS) and level:
+        if (
+            self._speech_ms >= max(self.config.confirm_ms, WINDOW_MS)
+            # Silero's state carries a little past a blip: the minimum still applies.
+            and self._voiced_ms >= self.config.min_speech_ms
+            and level
+        ):
             self.speaking = True
             self.suspected = False
             self._turn_levels = list(self._levels)

@@ -133,9 +133,9 @@ def test_silero_detector_suspects_on_energy_and_decides_on_speech() -> None:
     assert scripted(voiced, config, ScriptedModel("0" * len(voiced))) == [
         ("suspected", 80, 20), ("rejected", 180, 20),
     ]
-    # Speech from the start: confirmed before it even needed holding.
+    # Speech from the start: confirmed at the minimum, before it needed holding.
     assert scripted(voiced, config, ScriptedModel("0110000000000000000")) == [
-        ("started", 60, 20), ("stopped", 340, 20),
+        ("started", 80, 20), ("stopped", 340, 20),
     ]
     # Speech a little later: held first, then confirmed.
     assert scripted(voiced, config, ScriptedModel("0001111000000000000")) == [
