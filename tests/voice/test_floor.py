@@ -141,7 +141,7 @@ async def test_a_doubtful_request_is_confirmed_before_anything_is_admitted(
         replies = await events_of(chat, "turn.replied")
         return replies if len(replies) == 2 else None
 
-    second = (await asked_again_or_fail(asked_again))[1]
+    second = (await eventually(asked_again, timeout_s=20))[1]
     assert second["data"]["text"].startswith("Did you say")
     assert (await chat.snapshot())["operations"] == []
     await phone.press("1")
@@ -157,11 +157,6 @@ async def test_a_doubtful_request_is_confirmed_before_anything_is_admitted(
     assert {o["turn_id"] for o in operations} == {turns[-1]["turn_id"]}
     assert await eventually(lambda: _effects(stack, "github"), timeout_s=20) == 1
     await phone.hang_up()
-
-
-async def asked_again_or_fail(probe: Any) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = await eventually(probe, timeout_s=20)
-    return found
 
 
 async def _said_on_the_call(phone: Phone, prefix: str) -> bool:
