@@ -72,8 +72,11 @@ def steps(quick: bool) -> list[Step]:
             Step("cluster", "bench.cluster", (), 240),
         ]
     if (ROOT / "bench" / "voice.py").exists():
-        voice_args = ("--trials", "5", "--blips", "5") if quick else ()
-        found.append(Step("voice", "bench.voice", voice_args, 25 if quick else 190))
+        voice_args = (
+            ("--trials", "5", "--blips", "5", "--stop-trials", "3", "--stimulus-trials", "1")
+            if quick else ()
+        )
+        found.append(Step("voice", "bench.voice", voice_args, 60 if quick else 600))
     return found
 
 

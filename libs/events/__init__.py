@@ -12,7 +12,7 @@ from .codec import (
     EventDecodeError,
     encode,
 )
-from .control import BargeIn, ControlEvent, OperationCancel, ResponseCancel
+from .control import Backchannel, BargeIn, ControlEvent, OperationCancel, ResponseCancel
 from .deliveries import (
     DeliveryAttached,
     DeliveryDecided,
@@ -83,6 +83,7 @@ __all__ = [
     "WORK",
     "AgentHandedOff",
     "AttemptOutcome",
+    "Backchannel",
     "BargeIn",
     "BatchDrained",
     "BatchEvent",

@@ -34,4 +34,12 @@ class OperationCancel(_Control, frozen=True, kw_only=True, tag="control.operatio
     requested_by: str
 
 
-ControlEvent = BargeIn | ResponseCancel | OperationCancel
+class Backchannel(_Control, frozen=True, kw_only=True, tag="control.backchannel"):
+    """The caller said a short acknowledgement ("mm-hmm") while the agent talked: not a turn."""
+
+    text: str
+    # Whether the agent carried on (backchannels configured to continue) or was cut.
+    continued: bool
+
+
+ControlEvent = BargeIn | ResponseCancel | OperationCancel | Backchannel

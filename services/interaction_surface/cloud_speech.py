@@ -35,6 +35,7 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 from libs.config import env_float, env_int, env_str
 
 from .codec import RATE, pcm16_to_ulaw
+from .floor import Word
 from .speech import SpeechError
 
 log = logging.getLogger(__name__)
@@ -168,6 +169,7 @@ class DeepgramRecognizer:
         self._config = config
         self._audio = bytearray()  # the whole utterance, μ-law: a reconnect replays from it
         self._finals: list[str] = []
+        self._final_words: list[Word] = []
         self._interim = ""
         self._final_end = 0  # bytes of audio covered by final results
         self._closing = False
@@ -211,6 +213,10 @@ class DeepgramRecognizer:
             log.exception("deepgram stt: the stream failed")
             self._fail(repr(exc))
         return self.text
+
+    def words(self) -> list[Word]:
+        """The finalised words with the vendor's confidence in each."""
+        return list(self._final_words)
 
     @property
     def text(self) -> str:
@@ -329,6 +335,7 @@ class DeepgramRecognizer:
         if message.get("is_final"):
             if text:
                 self._finals.append(text)
+                self._final_words += _words(alternatives[0], text)
             self._interim = ""
             self._final_end = max(self._final_end, int(end * RATE))
             self._emit(Transcript(
@@ -338,6 +345,19 @@ class DeepgramRecognizer:
         elif text:
             self._interim = text
             self._emit(Transcript("interim", text=text, start_s=begin, end_s=end))
+
+
+def _words(alternative: dict[str, Any], text: str) -> list[Word]:
+    """Per-word confidences of a result, else the alternative's own for every word."""
+    listed = alternative.get("words")
+    if isinstance(listed, list) and listed:
+        return [
+            Word(str(w.get("word", "")), float(w.get("confidence", 0.0)))
+            for w in listed
+            if isinstance(w, dict) and w.get("word")
+        ]
+    overall = float(alternative.get("confidence", 0.0) or 0.0)
+    return [Word(w, overall) for w in text.split()]
 
 
 def _status_error(exc: InvalidStatus) -> VendorError:

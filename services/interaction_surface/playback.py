@@ -123,11 +123,19 @@ class PlaybackLedger:
         self._playout_end_ms = start
         return utterance
 
-    def add_audio(self, playback_id: str, ms: int) -> None:
-        """More of the utterance's audio was sent."""
+    def queued_ms(self, now_ms: int) -> int:
+        """Audio sent but not yet played by the playout model (what a clear would flush)."""
+        return max(0, self._playout_end_ms - now_ms)
+
+    def add_audio(self, playback_id: str, ms: int, now_ms: int | None = None) -> None:
+        """More of the utterance's audio was sent (at `now_ms`, when known)."""
         utterance = self.pending.get(playback_id)
         if utterance is None:
             return
+        if now_ms is not None and now_ms > utterance.started_ms + utterance.duration_ms:
+            # The phone ran dry (the call held its audio, or the TTS was slow): what it had
+            # played out, and the new audio plays from now.
+            utterance.started_ms = now_ms - utterance.duration_ms
         utterance.duration_ms += ms
         end = utterance.started_ms + utterance.duration_ms
         self._playout_end_ms = max(self._playout_end_ms, end)
@@ -152,6 +160,9 @@ class PlaybackLedger:
             for later in self.pending.values():
                 later.started_ms += shift
             self._playout_end_ms += shift
+        if not self.pending:
+            # Nothing else was sent: the line is empty now, however early the mark came.
+            self._playout_end_ms = now_ms
         return Settled(utterance, heard=True, played_ms=utterance.duration_ms, reason="mark")
 
     def clear(self, now_ms: int, reason: str) -> list[Settled]:

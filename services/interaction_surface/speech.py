@@ -4,7 +4,9 @@
   first audio reaches the call before the whole sentence is rendered.
 - `SpeechToText.session()` returns a `Recognizer` fed PCM16 8 kHz frames as they arrive;
   `finish()` gives the utterance's final text; a cloud recognizer (`StreamingRecognizer`)
-  is awaited for it instead (`final_text`).
+  is awaited for it instead (`final_text`). A `ScoredRecognizer` also gives each word's
+  confidence (`words()`); `SpeechToText` may name the values it can recognise
+  (`known_values`, e.g. a catalogue of resource names) so a call can doubt the others.
 
 Engines are chosen by name (`HOLDLINE_TTS`, `HOLDLINE_STT`) from a registry, so a cloud
 engine plugs in with `register_tts` / `register_stt` from a user's module. `deepgram`
@@ -23,6 +25,7 @@ from typing import Protocol, runtime_checkable
 from libs.config import env_int, env_str
 
 from .codec import RATE, Resampler, pcm16_to_ulaw
+from .floor import Word
 
 # espeak-ng writes a RIFF header with placeholder sizes when streaming to stdout.
 _WAV_HEADER = 44
@@ -61,6 +64,24 @@ class StreamingRecognizer(Recognizer, Protocol):
         ...
 
 
+@runtime_checkable
+class ScoredRecognizer(Recognizer, Protocol):
+    """A recognizer that says how sure it is of each word of its final transcript."""
+
+    def words(self) -> list[Word]:
+        """The final transcript's words with their confidence (0-1), after `finish`/`final`."""
+        ...
+
+
+def heard_words(recognizer: Recognizer, text: str) -> list[Word]:
+    """The transcript's words with confidences; an engine that gives none is taken as sure."""
+    if isinstance(recognizer, ScoredRecognizer):
+        scored = recognizer.words()
+        if scored:
+            return scored
+    return [Word(w, 1.0) for w in text.split()]
+
+
 async def final_text(recognizer: Recognizer) -> str:
     """The utterance's transcript; a streaming engine gets to deliver its last results."""
     if isinstance(recognizer, StreamingRecognizer):
@@ -74,6 +95,12 @@ class SpeechToText(Protocol):
     def session(self) -> Recognizer:
         """A recognizer for a new utterance."""
         ...
+
+
+def known_values(stt: SpeechToText | None) -> frozenset[str]:
+    """The argument values an engine knows (empty: it can hear anything)."""
+    found = getattr(stt, "known_values", None)
+    return frozenset(found) if isinstance(found, frozenset | set | tuple | list) else frozenset()
 
 
 class EspeakTts:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from .codec import Resampler, silence_ulaw, ulaw_to_pcm16
+from .floor import Word
 from .speech import SpeechError
 
 log = logging.getLogger(__name__)
@@ -62,6 +63,13 @@ TEMPLATES = (
     "check availability tomorrow",
     "what is the status",
     "thank you",
+    # Backchannels: heard as what they are, so a "mm-hmm" is not forced into a request.
+    "mm hmm",
+    "uh huh",
+    "mhm",
+    "hmm",
+    "aha",
+    "right",
 )
 
 
@@ -101,6 +109,9 @@ class PocketsphinxStt:
     """`HOLDLINE_STT=pocketsphinx`. `primer`: μ-law 8 kHz speech that seeds the cepstral
     mean (silence alone gives a poor estimate); every utterance starts from that mean, so
     a transcript never depends on what earlier callers said."""
+
+    # The resource names the domain LM can produce: any other value was not said as such.
+    known_values = frozenset(RESOURCES)
 
     def __init__(self, primer: bytes = b"") -> None:
         self._primer = primer
@@ -165,6 +176,7 @@ class _Utterance:
         self._decoder = decoder
         self._resampler = Resampler(8000, 16000)
         self._done = False
+        self._words: list[Word] = []
         decoder.start_utt()
 
     def feed(self, pcm16_8k: bytes) -> None:
@@ -177,6 +189,16 @@ class _Utterance:
         self._done = True
         self._decoder.end_utt()
         hypothesis = self._decoder.hyp()
+        if hypothesis is not None:
+            # Each segment's posterior probability: how sure the decoder is of that word.
+            self._words = [
+                Word(str(seg.word), float(seg.prob))
+                for seg in self._decoder.seg()
+                if not str(seg.word).startswith(("<", "["))
+            ]
         self._engine.release(self._decoder)
         return str(hypothesis.hypstr) if hypothesis is not None else ""
+
+    def words(self) -> list[Word]:
+        return list(self._words)
 

@@ -6,6 +6,11 @@ may arrive as strings, and a bad frame (garbage JSON, invalid base64, media befo
 `{session_id, token}` continues a session; `{user_id, tenant_id}` opens one. While the
 call is attached, the session's deliveries are spoken on it (`Call.say`).
 
+Paced playout: the agent's audio goes out at the pace it plays, `playout_lead_ms` ahead of
+the playout model. A suspected barge-in (the VAD's `suspected`: voiced, not yet known to be
+speech) closes a gate: nothing more is sent and nothing is flushed; `rejected` (a cough, a
+knock, background talk) opens it again and sending continues at the next byte.
+
 Barge-in: the VAD's `started` while agent audio is pending sends `clear` first (nothing is
 awaited on the bus before it), settles every pending utterance as unheard with its played
 milliseconds, cancels TTS and any reply still being generated, then records
@@ -31,8 +36,16 @@ Several surface processes share the streams; a call lives in exactly one of them
 owner is a KV key per call (`CallOwnership`), refreshed while the call lasts in a bucket
 whose entries expire, so a process killed mid-call stops owning its calls within one TTL.
 
+Backchannels and doubtful hearings are decided in `floor` (pure); the call applies them:
+an acknowledgement over the agent resumes what it cut, and a voice turn's calls built on
+doubtful words wait for the caller's yes (`_reviewer`, `_answer_doubt`).
+
 Trust (signatures, call tickets, the local-only rule without an auth token) is in
 `twilio_trust`; the routes here apply it before anything is stored.
+
+Long because one call is one state machine (inbound audio, playout, barge-in, resumes,
+DTMF, turns) whose parts share its state; the pure decisions live in `vad`, `playback` and
+`floor`, and the planned `voice/` package split divides the shell.
 """
 
 from __future__ import annotations
@@ -45,7 +58,7 @@ import logging
 import re
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -62,6 +75,7 @@ from libs.bus import append
 from libs.domain import SessionState
 from libs.events import (
     CONTROL,
+    Backchannel,
     BargeIn,
     ChannelConnected,
     ChannelDisconnected,
@@ -80,8 +94,16 @@ from libs.problems import problem
 
 from .auth import hash_token, new_id, new_token
 from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_ms, ulaw_to_pcm16
+from .floor import FloorConfig, Word, answer_of, doubtful_values, is_backchannel, question
 from .playback import PlaybackLedger, Settled, carried_heard, unheard_rest
-from .speech import Recognizer, SpeechToText, TextToSpeech, final_text
+from .speech import (
+    Recognizer,
+    SpeechToText,
+    TextToSpeech,
+    final_text,
+    heard_words,
+    known_values,
+)
 from .twilio_trust import (
     SETTINGS_HEADER,
     SIGNATURE_HEADER,
@@ -107,13 +129,19 @@ CALLS = metrics.TELEPHONY_CALLS
 _ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 # The largest text frame read from a phone stream; a bigger one closes the stream (1009).
 _MAX_FRAME_CHARS = 64 * 1024
-# Outbound media message size: 100 ms of μ-law, small enough that a clear cuts promptly.
-_MEDIA_BYTES = 800
+# Outbound media message size: 40 ms of μ-law, so paced sending stops within 40 ms.
+_MEDIA_BYTES = 320
 _WALL_FRAMES = 256
-_PREROLL_FRAMES = 15
+# Speech is confirmed up to the VAD's confirm window after its first voiced frame: the
+# recognizer still gets the first syllable.
+_PREROLL_FRAMES = 25
 # A resumed rest that is cut and proves false again resumes at most this many times.
 _MAX_RESUMES = 2
 _RESUME = ".resume"
+# Said when the caller answers "no" to "did you say ...?".
+_NOT_DONE = "Okay, I have not done anything. Please say it again, or press the keys."
+# Looks at a voice turn's proposed calls before admission (see `floor.doubtful_values`).
+Review = Callable[[Sequence[tuple[str, Mapping[str, Any]]]], str | None]
 
 
 # The voice webhook's form is about a kilobyte; past this it is refused (413).
@@ -199,6 +227,9 @@ class SpeechPorts:
     awaiting_confirmation: Callable[[str], bool] | None = None
     # Inter-digit pause that ends a DTMF entry without `#`.
     dtmf_pause_ms: int = 2000
+    # Agent audio sent ahead of the playout model (0: the whole reply at once).
+    playout_lead_ms: int = 160
+    floor: FloorConfig = field(default_factory=FloorConfig)
 
 
 @dataclass
@@ -252,6 +283,15 @@ class Call:
         self._digits = ""
         self._dtmf_turns = 0
         self._dtmf_timer: asyncio.Task[None] | None = None
+        # Closed while a suspected barge-in is being checked: nothing more is sent, nothing
+        # is flushed, so a false alarm costs at most a short gap and repeats nothing.
+        self._flowing = asyncio.Event()
+        self._flowing.set()
+        self.held_since: float | None = None
+        self.false_alarms = 0
+        # A request heard with doubt, waiting for the caller's yes or no.
+        self._doubt: str | None = None
+        self._heard_turns = 0
 
     # ------------------------------------------------------------------ clocks
 
@@ -312,6 +352,16 @@ class Call:
         return time.perf_counter()
 
     async def _on_vad(self, event: VadEvent) -> None:
+        if event.kind == "suspected":
+            if self.ledger.active and self._flowing.is_set():
+                self._flowing.clear()
+                self.held_since = self._wall_of(event.first_voiced_ms + 20)
+            return
+        if event.kind == "rejected":
+            if not self._flowing.is_set():
+                self.false_alarms += 1
+                self._release()
+            return
         if event.kind == "started":
             if self._verdict is not None:
                 # More speech before the window ended: its own end decides.
@@ -319,6 +369,7 @@ class Call:
                 self._verdict = None
             if self.ledger.active or self._turn_task is not None:
                 await self.barge_in(self._wall_of(event.first_voiced_ms + 20))
+            self._release()
             if self.ports.stt is not None:
                 self._recognizer = self.ports.stt.session()
                 for earlier in self._preroll:
@@ -328,13 +379,60 @@ class Call:
         self.interaction(SpeechStopped(stream_ms=event.at_ms))
         recognizer, self._recognizer = self._recognizer, None
         text = (await final_text(recognizer)).strip() if recognizer is not None else ""
+        words = heard_words(recognizer, text) if recognizer is not None else []
+        floor = self.ports.floor
+        if (self._suspended or self._cancelled_turns) and is_backchannel(text, floor):
+            # "Mm-hmm" over the agent: an acknowledgement, not a turn.
+            self.control(Backchannel(text=text, continued=floor.continue_on_backchannel))
+            if floor.continue_on_backchannel:
+                self._resume_suspended()
+                return
         if self._suspended:
             if text:
                 self._settle_suspended("barge_in")
             else:
                 self._verdict = asyncio.create_task(self._await_false_interruption())
         if text and self.ports.turn is not None:
-            self._turn_task = asyncio.create_task(self._turn(text))
+            if self._doubt is not None:
+                answer = answer_of(text)
+                if answer is not None:
+                    self._answer_doubt(answer)
+                    return
+                # Something else: a new request replaces the doubtful one.
+                self._doubt = None
+            review = self._reviewer(text, words)
+            self._turn_task = asyncio.create_task(self._turn(text, review=review))
+
+    def _reviewer(self, text: str, words: list[Word]) -> Review:
+        """Before admission: calls built on doubtful words are held and the caller asked."""
+        known = known_values(self.ports.stt)
+
+        def review(calls: Sequence[tuple[str, Mapping[str, Any]]]) -> str | None:
+            if not doubtful_values(calls, words, known, self.ports.floor):
+                return None
+            self._doubt = text
+            return question(calls, words)
+
+        return review
+
+    def _answer_doubt(self, yes: bool) -> None:
+        """The caller's yes/no to "did you say ...?": the request runs as heard, or not."""
+        text, self._doubt = self._doubt, None
+        if text is None:
+            return
+        self._heard_turns += 1
+        if yes:
+            client_turn_id = f"heard-{self.connection_id}-{self._heard_turns}"
+            self._turn_task = asyncio.create_task(self._turn(text, client_turn_id))
+            return
+        task = asyncio.create_task(self._say_line(_NOT_DONE))
+        self._resumes.add(task)
+        task.add_done_callback(self._resumes.discard)
+
+    def _release(self) -> None:
+        """Sending may go on (a false alarm, or the barge-in already flushed the line)."""
+        self.held_since = None
+        self._flowing.set()
 
     async def barge_in(self, first_voiced_wall: float) -> None:
         """The user spoke over the agent: stop the voice now, then record what was heard."""
@@ -388,14 +486,21 @@ class Call:
                 Settled(item.utterance, heard=False, played_ms=item.played_ms, reason=reason)
             )
 
+    async def _say_line(self, text: str) -> None:
+        await self.say(text, f"line-{self.connection_id}-{self._heard_turns}")
+
     async def _await_false_interruption(self) -> None:
         await asyncio.sleep(self.ports.vad.false_interruption_ms / 1000)
         self._verdict = None
+        self._resume_suspended()
+
+    def _resume_suspended(self) -> None:
+        """The interruption was not a turn: what it cut goes on from its first unheard word."""
+        # Not a turn: the generation that was cut can still answer.
+        self._cancelled_turns.clear()
         if self.closed or not self._suspended:
             return
         suspended, self._suspended = self._suspended, []
-        # No words and quiet since: the generation that was cut can still answer.
-        self._cancelled_turns.clear()
         for item in suspended:
             task = asyncio.create_task(self._resume(item))
             self._resumes.add(task)
@@ -462,6 +567,9 @@ class Call:
         if self._dtmf_timer is not None:
             self._dtmf_timer.cancel()
             self._dtmf_timer = None
+        if not self._digits and digit in "12" and self._doubt is not None:
+            self._answer_doubt(digit == "1")
+            return
         awaiting = self.ports.awaiting_confirmation
         if not self._digits and digit in "12" and awaiting and awaiting(self.session_id):
             self._dtmf_turn("yes" if digit == "1" else "no")
@@ -536,10 +644,12 @@ class Call:
         return dropped
 
     async def _stream(self, playback_id: str, text: str, ids: dict[str, str | None]) -> None:
-        sent = 0
-        async for chunk in self.ports.tts.stream(text):
-            for start in range(0, len(chunk), _MEDIA_BYTES):
-                piece = chunk[start : start + _MEDIA_BYTES]
+        """Synthesis runs ahead into a queue; sending follows the playout pace."""
+        pieces: asyncio.Queue[bytes | None] = asyncio.Queue()
+        producer = asyncio.create_task(self._synthesize(playback_id, text, ids, pieces))
+        try:
+            while (piece := await pieces.get()) is not None:
+                await self._pace()
                 await self._send(
                     {
                         "event": "media",
@@ -547,26 +657,68 @@ class Call:
                         "media": {"payload": base64.b64encode(piece).decode()},
                     }
                 )
-                self.ledger.add_audio(playback_id, ulaw_ms(piece))
-                sent += len(piece)
+                self.ledger.add_audio(playback_id, ulaw_ms(piece), self.now_ms())
+            # A failed synthesis raises here: no mark for audio that never finished.
+            await producer
+        finally:
+            if not producer.done():
+                producer.cancel()
         await self._send(
             {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": playback_id}}
         )
         self.ledger.sent(playback_id)
-        self.interaction(
-            PlaybackStarted(text=text, duration_ms=ulaw_ms(sent)), playback_id=playback_id, **ids
-        )
+
+    async def _synthesize(
+        self,
+        playback_id: str,
+        text: str,
+        ids: dict[str, str | None],
+        pieces: asyncio.Queue[bytes | None],
+    ) -> None:
+        """TTS into media-sized pieces; `playback.started` once the whole length is known
+        (the policy sees the agent talking from the start of the utterance)."""
+        sent = 0
+        try:
+            async for chunk in self.ports.tts.stream(text):
+                for start in range(0, len(chunk), _MEDIA_BYTES):
+                    pieces.put_nowait(chunk[start : start + _MEDIA_BYTES])
+                sent += len(chunk)
+            self.interaction(
+                PlaybackStarted(text=text, duration_ms=ulaw_ms(sent)),
+                playback_id=playback_id, **ids,
+            )
+        finally:
+            pieces.put_nowait(None)
+
+    async def _pace(self) -> None:
+        """Wait until the next piece may go: not held, and at most the lead queued ahead.
+
+        Real-time pace with a small lead: a stop (hold or clear) costs at most the lead
+        plus one piece, and the playout model stays close to what the phone plays.
+        """
+        lead = self.ports.playout_lead_ms
+        while True:
+            await self._flowing.wait()
+            ahead = self.ledger.queued_ms(self.now_ms())
+            if lead <= 0 or ahead <= lead:
+                return
+            await asyncio.sleep((ahead - lead) / 1000)
 
     # ------------------------------------------------------------------ turns
 
-    async def _turn(self, text: str, client_turn_id: str | None = None) -> None:
+    async def _turn(
+        self, text: str, client_turn_id: str | None = None, review: Review | None = None
+    ) -> None:
         assert self.ports.turn is not None
         task = asyncio.current_task()
+        extra = (review,) if review is not None else ()
         turn_id, response_id, reply, attached = await self.ports.turn(
-            self.session, text, client_turn_id
+            self.session, text, client_turn_id, *extra
         )
         if task in self._cancelled_turns:
             self._cancelled_turns.discard(task)
+            # A question the caller never heard cannot be answered.
+            self._doubt = None
             # Generated, never played: history keeps none of it.
             self.control(
                 ResponseCancel(reason="barge_in"), turn_id=turn_id, response_id=response_id
@@ -614,6 +766,7 @@ class Call:
         policy never re-decides a delivery while it still believes the call is there.
         """
         self.closed = True
+        self._flowing.set()
         recorded = asyncio.Event()
 
         async def disconnected() -> None:

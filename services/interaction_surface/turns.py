@@ -23,7 +23,7 @@ import contextlib
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
@@ -95,6 +95,9 @@ class TurnInput:
     client_turn_id: str | None
     # Voice: attached updates are spoken (or not) by the call, so not marked delivered here.
     channel: Literal["chat", "voice"] = "chat"
+    # Voice: looks at the proposed calls before admission; a question (str) means the
+    # hearing is doubtful: nothing is admitted and the question is the reply.
+    review: Callable[[Sequence[tuple[str, Mapping[str, Any]]]], str | None] | None = None
 
 
 def _now() -> datetime:
@@ -249,6 +252,11 @@ class Turns:
             log.exception("model crashed on turn %s", turn_id)
             reply = None
         outcomes: list[Outcome] = []
+        if reply is not None and reply.calls and request.review is not None:
+            asked = request.review([(c.tool, c.arguments) for c in reply.calls])
+            if asked:
+                # Misheard words must not reach a tool: ask first, admit nothing.
+                reply = replace(reply, text=asked, calls=(), attached=())
         if reply is None:
             attached = await self._attach(session_id, turn_id, updates)
             text = with_updates(apology(language), attached, ())

@@ -20,6 +20,7 @@ from libs.events import InteractionEvent
 from .api import Surface
 from .auth import new_id
 from .deliveries import DeliveryExecutor
+from .floor import FloorConfig
 from .playback import Settled
 from .speech import (
     SpeechError,
@@ -35,6 +36,7 @@ from .telephony import (
     Call,
     CallOwnership,
     CallRegistry,
+    Review,
     SpeechPorts,
     Telephony,
     append_control,
@@ -44,7 +46,7 @@ from .telephony import (
 )
 from .turns import TurnInput
 from .twilio_trust import CLAIM_MARGIN_S
-from .vad import VadConfig
+from .vad import VadConfig, load_silero
 
 log = logging.getLogger(__name__)
 
@@ -185,12 +187,18 @@ async def start_voice(
         await append_control(rt.jetstream, rt.topology, session_id, event, **ids)
 
     async def turn(
-        session: SessionState, text: str, client_turn_id: str | None = None
+        session: SessionState,
+        text: str,
+        client_turn_id: str | None = None,
+        review: Review | None = None,
     ) -> tuple[str, str, str, tuple[str, ...]]:
         assert surface.turns is not None
         current = surface.view.session(session.session_id) or session
         answer = await surface.turns.handle(
-            TurnInput(session=current, text=text, client_turn_id=client_turn_id, channel="voice")
+            TurnInput(
+                session=current, text=text, client_turn_id=client_turn_id, channel="voice",
+                review=review,
+            )
         )
         reply = answer["reply"]
         attached = tuple(answer.get("attached_delivery_ids", ()))
@@ -213,11 +221,15 @@ async def start_voice(
             for op in surface.view.session_operations(session_id)
         )
 
+    vad = VadConfig.from_env()
+    if vad.detector == "silero":
+        # At start-up: a missing model fails the start, not the first call.
+        load_silero()
     tts = tts_from_env()
     telephony.ports = SpeechPorts(
         tts=tts,
         stt=await _stt(tts),
-        vad=VadConfig.from_env(),
+        vad=vad,
         record=record,
         append_control=control,
         turn=turn,
@@ -225,4 +237,6 @@ async def start_voice(
         delivery_texts=delivery_texts,
         awaiting_confirmation=awaiting_confirmation,
         dtmf_pause_ms=env_int("HOLDLINE_DTMF_PAUSE_MS", 2000),
+        playout_lead_ms=env_int("HOLDLINE_PLAYOUT_LEAD_MS", 160),
+        floor=FloorConfig.from_env(),
     )

@@ -5,6 +5,11 @@ in 20 ms frames with numeric fields as strings, `mark`, `dtmf`, `stop`), signs t
 upgrade like Twilio when given the auth token, and plays the agent's media back on a
 clock: a mark returns once the audio queued before it has had time to play, or at once
 when a `clear` flushes it — exactly as Twilio does, so a returned mark proves nothing.
+
+The playout model is per media frame: each plays when it arrives or when the audio before
+it ends, whichever is later. A frame that arrives after the line ran dry within an
+utterance leaves a gap, noted on the utterance (`gaps`, seconds): what a caller hears as
+silence in the middle of the agent's sentence.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from services.interaction_surface.speech import EspeakTts, synthesize
 from services.interaction_surface.telephony import twilio_signature
 
 AUTH_TOKEN = "twilio-test-token"
+# The mark of an utterance a clear cut before its own mark was sent.
+CUT = "(cut)"
 _TTS = EspeakTts()
 _PARAMETER = re.compile(r'<Parameter name="([^"]*)" value="([^"]*)"/>')
 
@@ -66,6 +73,10 @@ class Utterance:
     flushed: bool = False
     # When its first media frame arrived (monotonic): the phone's outbound timeline.
     began_at: float | None = None
+    # Silences inside it: the line ran dry before its next frame came (seconds).
+    gaps: list[float] = field(default_factory=list, repr=False)
+    # Every byte of its audio, in order.
+    audio: bytes = field(default=b"", repr=False)
 
 
 @dataclass
@@ -88,6 +99,8 @@ class Phone:
     _reader: asyncio.Task[None] | None = None
     _chunk: int = 0
     _first_media: float | None = None
+    _gaps: list[float] = field(default_factory=list)
+    _audio: bytearray = field(default_factory=bytearray)
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
@@ -183,25 +196,40 @@ class Phone:
                 audio = base64.b64decode(message["media"]["payload"])
                 if self._first_media is None:
                     self._first_media = now
+                elif now > self._play_until:
+                    self._gaps.append(now - self._play_until)
+                self._play_until = max(self._play_until, now) + ulaw_ms(audio) / 1000 / self.speed
+                self._audio.extend(audio)
                 self._unmarked_ms += ulaw_ms(audio)
             elif kind == "mark":
                 name = message["mark"]["name"]
-                utterance = Utterance(name, self._unmarked_ms, began_at=self._first_media)
+                utterance = Utterance(
+                    name, self._unmarked_ms, began_at=self._first_media,
+                    gaps=self._gaps, audio=bytes(self._audio),
+                )
                 self._unmarked_ms = 0
+                self._gaps = []
+                self._audio = bytearray()
                 self.utterances.append(utterance)
-                began = self._first_media if self._first_media is not None else now
                 self._first_media = None
-                seconds = utterance.audio_ms / 1000 / self.speed
-                self._play_until = max(self._play_until, began) + seconds
                 if self.play:
                     self._timers[name] = asyncio.create_task(
                         self._return_mark(utterance, self._play_until - now)
                     )
             elif kind == "clear":
                 self.clears.append(now)
+                if self._unmarked_ms:
+                    # Sent at the pace it plays, a cut utterance's mark never came: its
+                    # audio so far is kept under the mark CUT.
+                    self.utterances.append(Utterance(
+                        CUT, self._unmarked_ms, returned_at=now, flushed=True,
+                        began_at=self._first_media, gaps=self._gaps, audio=bytes(self._audio),
+                    ))
                 self._play_until = now
                 self._unmarked_ms = 0
                 self._first_media = None
+                self._gaps = []
+                self._audio = bytearray()
                 # Twilio echoes every pending mark when the buffer is cleared.
                 for utterance in self.utterances:
                     if utterance.returned_at is None:

@@ -42,7 +42,7 @@ async def delivery(chat: Chat, delivery_id: str) -> dict[str, Any]:
     return found
 
 
-async def test_a_cough_over_the_closing_is_a_false_interruption_and_the_rest_is_said(
+async def test_a_cough_over_the_closing_holds_it_briefly_and_nothing_is_cut(
     stack: SurfaceStack, client: httpx.AsyncClient
 ) -> None:
     chat = await open_chat(client)
@@ -51,34 +51,24 @@ async def test_a_cough_over_the_closing_is_a_false_interruption_and_the_rest_is_
     await chat.say(f"give me access to {name}")
     sent = await eventually(lambda: delivery_with(chat, "sent"), timeout_s=20)
     delivery_id = sent["delivery_id"]
-    first = await phone.wait_for(delivery_id)
+    await phone.wait_audio()
     await asyncio.sleep(0.5)
-    # Longer than the 60 ms minimum speech, so it cuts the agent; no words in it.
+    # Loud and longer than the 60 ms minimum: webrtcvad calls it voiced, Silero does not.
     await phone.talk(noise_burst(300) + silence_ulaw(500))
-    assert len(phone.clears) == 1
-    assert first.flushed
-    resumed = await phone.wait_for(f"{delivery_id}.resume1", timeout_s=15, returned=True)
-    assert not resumed.flushed
-    assert 0 < resumed.audio_ms < first.audio_ms
+    closing = await phone.wait_for(delivery_id, timeout_s=20, returned=True)
+    assert not phone.clears
+    assert not closing.flushed
     spoken = await eventually(lambda: delivery_with(chat, "spoken"), timeout_s=15)
     assert spoken["delivery_id"] == delivery_id
-    # Durable truth: one barge-in, the cut part unheard, the rest heard, nothing requeued.
-    barge = await events_of(chat, "control.barge_in", delivery_id=delivery_id)
-    assert len(barge) == 1
-    assert 0 < barge[0]["data"]["played_ms"] < first.audio_ms
-    started = await events_of(chat, "playback.started", delivery_id=delivery_id)
+    # Durable truth: no barge-in, one playback, heard whole; the closing is in history once.
+    assert not await events_of(chat, "control.barge_in")
     finished = await events_of(chat, "playback.finished", delivery_id=delivery_id)
-    assert [e["data"]["heard"] for e in finished] == [False, True]
-    full, rest = started[0]["data"]["text"], started[1]["data"]["text"]
-    assert full == sent["text"]
-    assert full.endswith(rest)
-    assert len(rest) < len(full)
-    assert not await events_of(chat, "delivery.unheard", delivery_id=delivery_id)
+    assert [e["data"]["heard"] for e in finished] == [True]
+    assert not await events_of(chat, "speech.started")
     turns = await events_of(chat, "turn.received")
     assert [t["data"]["channel"] for t in turns] == ["chat"]
-    # History holds the closing once, whole: the heard prefix plus the resumed rest.
     messages = [m for m in (await chat.snapshot())["messages"] if m["delivery_id"]]
-    assert [m["text"] for m in messages] == [full]
+    assert [m["text"] for m in messages] == [sent["text"]]
     assert await ledger(stack, name) == 1
     await phone.hang_up()
 
@@ -91,8 +81,9 @@ async def test_dtmf_answers_a_confirmation_and_digits_become_a_turn(
     await chat.say(f"send 50 euros to {account}")
     operations = (await chat.snapshot())["operations"]
     assert [o["status"] for o in operations] == ["awaiting_confirmation"]
-    # A slow transfer: its (urgent) closing must not race the reply to the key press.
-    await fault(stack, match=account, latency_ms=1500, times=1)
+    # A slow transfer: its (urgent) closing must not race the reply to the key press, which
+    # is sent at the pace it plays (about 6 s).
+    await fault(stack, match=account, latency_ms=9000, times=1)
     phone = await call_in(stack.url, chat, speed=4.0)
     before = await metric(client, "holdline_telephony_frames_rejected_total", reason="bad_dtmf")
     await phone.send({"event": "dtmf", "streamSid": phone.stream_sid, "dtmf": {"digit": "x"}})

@@ -26,7 +26,7 @@ from .helpers import (
     metric,
     unique,
 )
-from .phone import AUTH_TOKEN, Phone, answered, speech
+from .phone import AUTH_TOKEN, CUT, Phone, answered, speech
 
 
 async def test_twiml_connects_a_stream_with_parameters(client: httpx.AsyncClient) -> None:
@@ -187,13 +187,13 @@ async def test_barge_in_clears_the_closing_keeps_the_operation_and_retries_short
     await chat.say(f"give me access to {name}")
     await phone.wait_audio()
     first = await eventually(lambda: delivery_with(chat, "sent"))
-    await phone.wait_for(first["delivery_id"])
-    await asyncio.sleep(0.4)
+    await asyncio.sleep(0.6)
     # The caller talks over the closing: real speech, at real-time pace.
     await phone.talk(await speech("wait, one moment please"))
     assert phone.clears, "no clear was sent"
-    flushed = [u for u in phone.utterances if u.mark == first["delivery_id"]]
-    assert flushed[0].flushed
+    # Sent at the pace it plays, the closing was cut before its mark went out.
+    flushed = [u for u in phone.utterances if u.flushed]
+    assert [u.mark for u in flushed] == [CUT]
 
     async def barge() -> dict[str, Any] | None:
         for event in await chat.timeline():
@@ -204,7 +204,7 @@ async def test_barge_in_clears_the_closing_keeps_the_operation_and_retries_short
 
     event = await eventually(barge)
     assert event["delivery_id"] == first["delivery_id"]
-    assert 200 <= event["data"]["played_ms"] < flushed[0].audio_ms
+    assert 200 <= event["data"]["played_ms"] <= flushed[0].audio_ms
     assert event["data"]["unheard_ms"] > 0
     # After the quiet window the closing comes back, shorter, and is heard this time: on its
     # own or riding on the reply to what the caller said.
