@@ -229,8 +229,12 @@ async def test_handoff_delivers_a_session_owned_result_to_the_new_agent(
     assert (handed["from_agent"], handed["agent"]) == ("sales", "support")
 
     async def closed() -> dict[str, Any] | None:
+        # The message is written before the delivery's record says so: wait for the record
+        # to settle (whatever it settles as), then check what it says.
         snap = await chat.snapshot()
-        return snap if closings(snap, batch) else None
+        finals = [d for d in snap["deliveries"] if d["kind"] == "final"]
+        settled = finals and finals[0]["status"] not in ("pending", "waiting", "sent")
+        return snap if settled and closings(snap, batch) else None
 
     snap = await eventually(closed)
     assert snap["agent"] == "support"
