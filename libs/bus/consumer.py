@@ -8,6 +8,10 @@ work-queue stream and never blocks the sessions behind it.
 
 A consumer given a `Partition` handles only the sessions that partition owns and acknowledges
 every other message unread: each partition's durable consumer sees the whole stream.
+
+Recovery is by design, not by timeout: the ack wait is short (3 s) because a live handler
+heartbeats (`in_progress`) every third of it, and a consumer silent for a few seconds checks
+that the broker still has it (re-declaring and resubscribing after a broker restart).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import Generic, TypeVar
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, FetchTimeoutError
+from nats.js.errors import APIError, FetchTimeoutError, NotFoundError
 
 from libs import tracing
 from libs.config import env_float
@@ -42,6 +46,12 @@ log = logging.getLogger(__name__)
 @functools.cache
 def _broker_patience_s() -> float:
     return env_float("HOLDLINE_BROKER_PATIENCE_S", 30.0)
+
+
+@functools.cache
+def _lost_after_s() -> float:
+    # Silence after which a consumer checks that the broker still has it (see `_lost`).
+    return env_float("HOLDLINE_CONSUMER_CHECK_S", 3.0)
 
 B = TypeVar("B")
 
@@ -113,6 +123,7 @@ class DurableConsumer(Generic[B]):
         self._locks: dict[str, asyncio.Lock] = {}
         self._waiting: dict[str, int] = {}
         self._stop = asyncio.Event()
+        self._reconnects = 0
         self.ready = asyncio.Event()
 
     @property
@@ -140,14 +151,19 @@ class DurableConsumer(Generic[B]):
         message never stalls the others; messages of one group still run in order.
         """
         await ensure_consumer(self._js, self.spec)
-        sub = await self._js.pull_subscribe_bind(durable=self.spec.durable, stream=self.spec.stream)
+        sub = await self._subscribe()
         self.ready.set()
+        loop = asyncio.get_running_loop()
+        heard = loop.time()
         try:
             while not self._stop.is_set():
                 room = self._max_in_flight - len(self._in_flight)
                 if room <= 0:
                     await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
                     continue
+                if loop.time() - heard >= _lost_after_s():
+                    sub = await self._lost(sub)
+                    heard = loop.time()
                 try:
                     msgs = await sub.fetch(min(self._batch, room), timeout=self._fetch_timeout_s)
                 except (FetchTimeoutError, nats.errors.TimeoutError, TimeoutError):
@@ -159,6 +175,7 @@ class DurableConsumer(Generic[B]):
                     log.warning("fetch on %s failed: %s", self.spec.durable, exc)
                     await asyncio.sleep(0.2)
                     continue
+                heard = loop.time()
                 for msg in msgs:
                     if not self._owns(msg.subject):
                         # Another partition's session: its own consumer handles it.
@@ -173,6 +190,51 @@ class DurableConsumer(Generic[B]):
                 await asyncio.wait(self._in_flight, timeout=self.spec.ack_wait_s)
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+
+    async def _subscribe(self) -> JetStreamContext.PullSubscription:
+        self._reconnects = self._reconnect_count()
+        return await self._js.pull_subscribe_bind(
+            durable=self.spec.durable, stream=self.spec.stream
+        )
+
+    def _reconnect_count(self) -> int:
+        return int(self._js._nc.stats.get("reconnects", 0))
+
+    async def _lost(
+        self, sub: JetStreamContext.PullSubscription
+    ) -> JetStreamContext.PullSubscription:
+        """After a silence: make sure the broker still has this consumer and still serves us.
+
+        A broker restarted from a lost or rolled-back store comes back without the durable
+        consumer, and a pull subscription made before a reconnect can stay silent; either
+        way, fetching on would wait forever. Re-declaring and resubscribing costs one round
+        trip per silence, and an idle consumer is exactly when that is cheap.
+        """
+        try:
+            await self._js.consumer_info(self.spec.stream, self.spec.durable)
+        except NotFoundError:
+            log.warning("consumer %s is gone from the broker; declaring it again",
+                        self.spec.durable)
+            try:
+                await ensure_consumer(self._js, self.spec)
+            except Exception as exc:  # noqa: BLE001 - the broker is still coming back: next time
+                log.info("re-declaring %s failed: %r", self.spec.durable, exc)
+                return sub
+        except Exception as exc:  # noqa: BLE001 - unreachable right now: check again later
+            log.info("checking consumer %s failed: %r", self.spec.durable, exc)
+            return sub
+        else:
+            if self._reconnect_count() == self._reconnects:
+                return sub
+        with contextlib.suppress(Exception):
+            await sub.unsubscribe()
+        try:
+            fresh = await self._subscribe()
+        except Exception as exc:  # noqa: BLE001 - keep the old one and try again after a silence
+            log.info("resubscribing %s failed: %r", self.spec.durable, exc)
+            return sub
+        log.info("consumer %s resubscribed", self.spec.durable)
+        return fresh
 
     async def _in_order(self, msg: Msg) -> None:
         key = self._group_key(msg.subject)

@@ -30,10 +30,11 @@ def follow_heartbeat_s() -> float:
     An ordered consumer is a single in-memory replica; when the node holding it dies the
     client only notices the missing heartbeats (two of them) and recreates it from the next
     sequence, retrying every two heartbeats while the stream elects a leader. nats-py's
-    default (5 s) leaves a view 10 s behind after a node kill; 1 s costs one tiny message
-    per second and stream.
+    default (5 s) leaves a view 10 s behind after a node or broker kill, and that view is
+    what admission and the surface wait on; 0.5 s costs two tiny messages per second and
+    stream and brings a view back about a second after the broker answers again.
     """
-    return env_float("HOLDLINE_FOLLOW_HEARTBEAT_S", 1.0)
+    return env_float("HOLDLINE_FOLLOW_HEARTBEAT_S", 0.5)
 
 
 @dataclass(slots=True)

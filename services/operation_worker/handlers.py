@@ -263,10 +263,19 @@ class Worker:
             await asyncio.sleep(self._settings.poll_interval_s)
 
     async def _renew(self, leases: list[Lease]) -> None:
+        """Heartbeat the held leases until cancelled.
+
+        The lease is short (a dead worker's operation is taken over seconds later), so a
+        renewal that fails on a broker hiccup (a reconnect, an election) must not end the
+        loop: the next one a second later keeps the lease, well inside its ttl.
+        """
         while True:
-            await asyncio.sleep(self._settings.lease_ttl_s / 3)
+            await asyncio.sleep(self._settings.lease_renew_s)
             for lease in leases:
-                await lease.renew()
+                try:
+                    await lease.renew()
+                except Exception as exc:  # noqa: BLE001 - keep heartbeating through broker errors
+                    log.info("lease renewal failed (%r); trying again", exc)
 
     async def _drive(self, first: _Op, command: WorkCommand) -> None:
         session_id, operation_id = first.state.session_id, first.state.operation_id

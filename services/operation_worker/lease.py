@@ -3,6 +3,11 @@
 JetStream already keeps a work message with one worker while it heartbeats; the lease
 covers the rarer case of two copies of the work for the same operation (a redispatch after
 the duplicate window) so that the second copy backs off instead of racing the first.
+
+The lease is short (3 s by default) and heartbeated every second: a worker killed with
+`kill -9` stops renewing, its work message comes back after the (equally short) ack wait,
+and the next worker takes the lease over once it has expired, then reconciles before it
+sends anything again. A live worker never loses it to a slow handler.
 """
 
 from __future__ import annotations
@@ -32,7 +37,21 @@ class Lease:
         try:
             self._revision = await self._kv.update(self._key, self._value(), last=self._revision)
         except KeyWrongLastSequenceError:
-            return False
+            # A renewal whose answer was lost (a timeout) still moved the revision: if the
+            # key still names us, carry on from the revision it holds now.
+            try:
+                entry = await self._kv.get(self._key)
+            except NotFoundError:
+                return False
+            holder = (entry.value or b"").decode().partition("|")[0]
+            if holder != self._owner or entry.revision is None:
+                return False
+            try:
+                self._revision = await self._kv.update(
+                    self._key, self._value(), last=entry.revision
+                )
+            except KeyWrongLastSequenceError:
+                return False
         return True
 
     async def release(self) -> None:
