@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # Most tests wait on timers and child processes, so two workers on two cores halve the wall clock.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv run run-cluster test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster chaos dashboards clean
+.PHONY: help venv run run-cluster test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery chaos dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
@@ -61,6 +61,9 @@ bench-voice: venv
 
 bench-cluster: venv
 	$(BIN)/python -m bench.cluster
+
+bench-recovery: venv
+	$(BIN)/python -m bench.recovery
 
 chaos: venv
 	scripts/ensure-system-deps.sh

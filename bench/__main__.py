@@ -58,6 +58,7 @@ def steps(quick: bool) -> list[Step]:
                  25),
             Step("cluster", "bench.cluster", ("--sessions", "10", "--turns", "3",
                                               "--operations", "200", "--kill-trials", "1"), 90),
+            Step("recovery", "bench.recovery", ("--trials", "1"), 60),
         ]
     else:
         found = [
@@ -70,6 +71,7 @@ def steps(quick: bool) -> list[Step]:
             Step("acceptance", "bench.acceptance", ("--sessions", "50", "100", "200"), 140),
             Step("agent_api", "bench.agent_api", (), 60),
             Step("cluster", "bench.cluster", (), 240),
+            Step("recovery", "bench.recovery", (), 150),
         ]
     if (ROOT / "bench" / "voice.py").exists():
         voice_args = (

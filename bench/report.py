@@ -358,6 +358,7 @@ def markdown(latest: Json, measures: list[tuple[str, Pcts]]) -> str:
     ]
     lines += phase_table(latest["benchmarks"])
     lines += scale_out(latest["benchmarks"])
+    lines += recovery(latest["benchmarks"])
     lines += ["", "## Benchmarks included", ""]
     lines += [f"- `{name}.json`" for name in latest["benchmarks"]]
     return "\n".join(lines) + "\n"
@@ -396,6 +397,28 @@ def scale_out(benchmarks: dict[str, Json]) -> list[str]:
             if p.get("n"):
                 lines.append(f"| {name} | {p['n']} | {p['p50_ms'] / 1000:.1f} "
                              f"| {p['max_ms'] / 1000:.1f} |")
+    return lines
+
+
+def recovery(benchmarks: dict[str, Json]) -> list[str]:
+    """kill -9 of each kind of process mid-batch → closing (bench/recovery.py)."""
+    found = benchmarks.get("recovery")
+    if not found or "per_kind" not in found:
+        return []
+    lines = [
+        "",
+        "## Recovery: kill -9 mid-batch → closing, beyond the provider latency",
+        "",
+        f"Provider latency {found['provider_latency_ms']} ms, default timings, "
+        f"{found['trials_per_kind']} trials per kind; target p99 {found['target_p99_s']} s.",
+        "",
+        "| process killed | trials | p50 s | p99 s |",
+        "|---|---:|---:|---:|",
+    ]
+    for kind, p in found["per_kind"].items():
+        if p.get("n"):
+            lines.append(f"| {kind} | {p['n']} | {p['p50_ms'] / 1000:.2f} "
+                         f"| {p['p99_ms'] / 1000:.2f} |")
     return lines
 
 

@@ -1,0 +1,101 @@
+"""Recovery: `kill -9` of each kind of process mid-batch, time to the batch's closing.
+
+`.venv/bin/python -m bench.recovery [--trials N]` (`make bench-recovery`) runs every service
+once on one broker with the production timings (nothing shortened: ack wait, worker lease,
+heartbeats as shipped), two workers, and a provider that holds every effect 1.5 s. Per trial
+a chat turn admits a batch of two accesses; once both attempts have started one process is
+killed with SIGKILL (broker, worker, coordinator, policy, surface or provider) and, except
+for the worker whose twin carries on, started again at once as a supervisor does. Measured:
+the time from the kill to the closing's delivery, minus the provider latency (what the
+latency alone explains). p50/p99 per kind go to `bench/results/recovery.json`; the target is
+3 s at p99. Trials: `--trials` or `HOLDLINE_BENCH_RECOVERY_TRIALS` (3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from bench.common import machine, percentiles_ms
+from libs.config import env_int
+from tests.support.processes import Broker
+from tests.support.recovery import KINDS, kill_mid_batch, ledger_effects, recovery_stack
+
+RESULTS = Path(__file__).parent / "results" / "recovery.json"
+LATENCY_MS = 1500
+TARGET_S = 3.0
+
+
+async def _trials(stack: Any, broker: Broker, trials: int) -> dict[str, Any]:
+    found: dict[str, list[float]] = {kind: [] for kind in KINDS}
+    extra_effects = 0
+    async with httpx.AsyncClient(base_url=stack.url, timeout=30.0) as client:
+        for _ in range(trials):
+            for kind in KINDS:
+                trial = await kill_mid_batch(stack, broker, client, kind, latency_ms=LATENCY_MS)
+                found[kind].append(max(0.0, trial.beyond_latency_s))
+                counts = await ledger_effects(stack, trial.resources)
+                extra_effects += sum(abs(n - 1) for n in counts.values())
+                print(f"kill -9 {kind}: closing {trial.kill_to_closing_s:.2f} s after the kill "
+                      f"({trial.beyond_latency_s:.2f} s beyond the latency)", flush=True)
+                # Let the restarted process settle before the next kill.
+                await asyncio.sleep(1.0)
+    per_kind = {kind: percentiles_ms(values) for kind, values in found.items()}
+    return {
+        "per_kind": per_kind,
+        "effects_not_exactly_one": extra_effects,
+        "worst_p99_s": round(max(p.get("p99_ms", 0.0) for p in per_kind.values()) / 1000, 3),
+    }
+
+
+def main() -> None:
+    """Run the trials, write the JSON."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--trials", type=int,
+                        default=env_int("HOLDLINE_BENCH_RECOVERY_TRIALS", 3),
+                        help="kills per kind of process")
+    args = parser.parse_args()
+    result: dict[str, Any] = {
+        "benchmark": "recovery",
+        "what": "kill -9 of one process mid-batch (provider latency 1.5 s, default timings); "
+                "seconds from the kill to the closing beyond the provider latency",
+        "at": datetime.now(UTC).isoformat(),
+        "machine": machine(),
+        "provider_latency_ms": LATENCY_MS,
+        "target_p99_s": TARGET_S,
+        "trials_per_kind": args.trials,
+    }
+    started = time.monotonic()
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory(prefix="holdline-bench-recovery-") as tmp:
+        root = Path(tmp)
+        broker = Broker(store=root / "nats")
+        broker.start()
+        stack = recovery_stack(broker, root)
+        stack.env["HOLDLINE_LOG_LEVEL"] = "WARNING"
+        try:
+            stack.start()
+            result.update(asyncio.run(_trials(stack, broker, args.trials)))
+        finally:
+            stack.stop()
+            broker.stop()
+    result["load_average_1m"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+    result["wall_s"] = round(time.monotonic() - started, 1)
+    RESULTS.parent.mkdir(exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
