@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import nats.errors
@@ -11,6 +12,8 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 PROBLEM_JSON = "application/problem+json"
+
+log = logging.getLogger(__name__)
 
 
 def problem(
@@ -38,7 +41,10 @@ def install_problem_handlers(app: FastAPI) -> None:
     # client may retry (a turn with the same client_turn_id is answered once, never run twice).
     @app.exception_handler(TimeoutError)
     @app.exception_handler(nats.errors.Error)
-    async def unavailable(_request: Request, exc: Exception) -> JSONResponse:
+    async def unavailable(request: Request, exc: Exception) -> JSONResponse:
+        # The client only sees the error's class; the log keeps where it came from.
+        log.warning("%s %s answered 503: %r", request.method, request.url.path, exc,
+                    exc_info=exc)
         response = problem(
             503, "Service unavailable",
             f"the event store did not answer in time ({type(exc).__name__}); retry",

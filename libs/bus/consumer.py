@@ -304,10 +304,11 @@ class DurableConsumer(Generic[B]):
                 await self._dead_letter(msg, "max_deliver", repr(exc))
             else:
                 log.warning(
-                    "handler %s failed on %s (delivery %d): %r",
+                    "handler %s failed on %s (delivery %d): %r %s",
                     self.spec.durable,
                     msg.subject,
                     meta.num_delivered,
+                    exc,
                     exc,
                 )
                 with contextlib.suppress(Exception):

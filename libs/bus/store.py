@@ -34,8 +34,10 @@ from libs.events import Envelope, EventCodec
 
 log = logging.getLogger(__name__)
 
-# JetStream's error code for a failed Nats-Expected-Last-Subject-Sequence check.
-_WRONG_LAST_SEQUENCE = 10071
+# JetStream's error codes for a failed Nats-Expected-Last-Subject-Sequence check: 10071
+# names the sequence found; 10164 (no sequence) is what a clustered stream's leader answers
+# when it refuses the append before proposing it. Both are a lost race, never an outage.
+_WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
 # "Temporarily unavailable": the stream is between leaders.
 _UNAVAILABLE = 503
 
@@ -130,7 +132,7 @@ async def append(
                 ack = await js.publish(subject, payload, headers=hdrs)
                 break
             except APIError as exc:
-                if exc.err_code == _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
+                if exc.err_code in _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
                     raise ConcurrencyConflict(subject, expected_last_subject_seq) from exc
                 if not broker_unavailable(exc) or time.monotonic() >= deadline:
                     raise

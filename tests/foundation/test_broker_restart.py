@@ -105,3 +105,50 @@ async def test_kill9_loses_no_acknowledged_event_and_consumers_resume_from_ack_f
         await nc.close()
     finally:
         broker.stop()
+
+
+async def test_a_consumer_the_broker_lost_is_declared_again_and_consumes_within_seconds(
+    tmp_path: Path,
+) -> None:
+    # A broker back from a kill -9 without the durable consumer (a lost or rolled-back
+    # store): the running consumer notices after a few seconds of silence, not never.
+    broker = Broker(store=tmp_path / "store")
+    broker.start()
+    try:
+        settings = BusSettings(nats_url=broker.url, prefix="lost", max_deliver=5)
+        topology = Topology(settings.prefix)
+        nc = await connect(settings, name="lost")
+        js = nc.jetstream()
+        await ensure_streams(js, topology, settings)
+        seen: list[str] = []
+        arrived = asyncio.Event()
+
+        async def handle(received: Received[OperationEvent]) -> None:
+            seen.append(received.envelope.operation_id or "")
+            arrived.set()
+
+        spec = spec_for(
+            topology, Context.OPERATIONS, durable="lost", ack_wait_s=3.0, max_deliver=5
+        )
+        consumer = DurableConsumer(
+            js, spec, OPERATIONS, handle, topology=topology, source=Context.OPERATIONS
+        )
+        task = asyncio.create_task(consumer.run())
+        await asyncio.wait_for(consumer.ready.wait(), timeout=10)
+        stream = topology.stream_name(Context.OPERATIONS)
+        await js.delete_consumer(stream, "lost")
+        env = envelope(
+            OperationAdmitted(tool="t", arguments={}, tenant_id="t", user_id="u"),
+            session_id="s1",
+            operation_id="after-loss",
+        )
+        await append(js, OPERATIONS, topology.operation_subject("s1", "after-loss"), env)
+        started = asyncio.get_running_loop().time()
+        await asyncio.wait_for(arrived.wait(), timeout=10)
+        assert seen == ["after-loss"]
+        assert asyncio.get_running_loop().time() - started < 8
+        consumer.stop()
+        await task
+        await nc.close()
+    finally:
+        broker.stop()

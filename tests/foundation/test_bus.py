@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from nats.js import JetStreamContext
+from nats.js.errors import APIError
 
 from libs.bus import (
     DEAD_LETTER_DECODER,
@@ -309,3 +310,28 @@ async def test_poison_is_removed_from_the_work_queue(
     assert letter.reason == "poison"
     assert letter.error == "operation unknown to this deployment"
     assert WORK.decode(letter.payload).operation_id == "op1"
+
+
+class _RefusingStream:
+    """A JetStream stand-in whose publish answers a clustered leader's refusal."""
+
+    def __init__(self, err_code: int) -> None:
+        self.err_code = err_code
+        self.calls = 0
+
+    async def publish(self, *_: Any, **__: Any) -> Any:
+        self.calls += 1
+        raise APIError(code=400, err_code=self.err_code, description="wrong last sequence")
+
+
+@pytest.mark.parametrize("err_code", [10071, 10164])
+async def test_a_refused_expected_sequence_is_a_conflict_in_either_wording(err_code: int) -> None:
+    # A clustered stream's leader answers 10164 (no sequence named): a lost race, to reload
+    # and decide again, never a "store unavailable" (503) while the cluster is healthy.
+    js = _RefusingStream(err_code)
+    env = envelope(OperationAdmitted(tool="t", arguments={}, tenant_id="t", user_id="u"),
+                   session_id="s1", operation_id="op1")
+    with pytest.raises(ConcurrencyConflict):
+        await append(js, OPERATIONS, "hl.operations.s1.op1", env,  # type: ignore[arg-type]
+                     expected_last_subject_seq=3)
+    assert js.calls == 1
