@@ -215,3 +215,28 @@ async def test_a_long_async_operation_reports_progress_once_then_commits(
     progress = events[kinds.index("operation.progress")].event
     assert progress.is_final is False  # type: ignore[union-attr]
     assert await stack.effects("el-bulli") == 1
+
+
+async def test_a_worker_killed_mid_attempt_is_taken_over_within_seconds_at_default_timings(
+    make_stack: StackFactory,
+) -> None:
+    # Default ack wait and lease (nothing shortened): the surviving worker takes the
+    # operation over once the dead one's lease expires, long before a 30 s timeout would.
+    defaults = {"HOLDLINE_ACK_WAIT_S": "", "HOLDLINE_LEASE_TTL_S": ""}
+    stack = await make_stack(workers=0)
+    for i in range(2):
+        await stack.add_worker(callback=i == 0, env=defaults)
+    await stack.fault(match="nexus", latency_ms=1500, times=1)
+    ctx = stack.turn()
+    turn = await stack.admit(ctx, ("provision_access", {"accesses": ["nexus"]}))
+    op = turn.outcomes[0].operation_id
+    await stack.wait_status(ctx.session_id, op, "running")
+    _, events = await stack.operation(ctx.session_id, op)
+    holder = next(e.event.worker_id for e in events  # type: ignore[union-attr]
+                  if types([e]) == ["operation.started"])
+    killed_at = asyncio.get_running_loop().time()
+    stack.workers[int(holder.removeprefix("w"))].kill9()
+    state = await stack.wait_status(ctx.session_id, op, "committed", timeout_s=30)
+    assert asyncio.get_running_loop().time() - killed_at < 1.5 + 10
+    assert state.status.value == "committed"
+    assert await stack.effects("nexus") == 1
