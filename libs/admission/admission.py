@@ -269,7 +269,8 @@ class Admission:
         subject = self._topology.operation_subject(ctx.session_id, operation_id)
         loaded = await self._load(subject)
         state = loaded.state
-        declaration = self._registry.tool(state.tool) if state is not None else None
+        committed = state is not None and state.status is OpStatus.COMMITTED
+        declaration = self._registry.tool(state.tool) if state is not None and committed else None
         linked_state = (
             self._view.get(state.compensated_by) if state and state.compensated_by else None
         )
