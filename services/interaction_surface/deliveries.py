@@ -46,21 +46,27 @@ from libs.events import (
     DELIVERIES,
     INTERACTION,
     ChannelDisconnected,
-    DeliveryAttached,
     DeliveryDelivered,
     DeliveryEvent,
-    DeliverySent,
     DeliverySpoken,
     DeliveryUnheard,
     Envelope,
-    TurnReceived,
     TurnReplied,
 )
 from libs.service import Runtime
 
 from .auth import new_id
 from .playback import Settled, carried_heard
-from .projections import Entry, SurfaceView
+from .projections import SurfaceView
+from .routing import (
+    Channels,
+    Route,
+    lost_reason,
+    needs_liveness,
+    route,
+    sent_event,
+    sent_on_voice,
+)
 from .settings import Settings
 
 if TYPE_CHECKING:
@@ -119,26 +125,25 @@ class DeliveryExecutor:
             call = self._calls.get(state.session_id) if self._calls is not None else None
             agent = self.agent
             try:
-                if state.handed_off and call is not None:
-                    await self._speak(state, call)
-                elif state.handed_off and await self._live_calls(state.session_id):
-                    # Another surface holds the call: its watcher says it.
-                    return
-                elif state.handed_off and agent is not None and agent.serves(state.session_id):
-                    # An external agent is the channel: pushed to it, or back to pending.
-                    await agent.hand_over(state)
-                elif state.handed_off:
-                    await self._send(state)
-                elif state.status is DeliveryStatus.SENT and self._sent_on_voice(state):
-                    await self._orphaned(state)
-                elif (
-                    state.status is DeliveryStatus.SENT
-                    and agent is not None
-                    and agent.sent_on_agent(state)
-                ):
-                    await agent.orphaned(state)
-                elif state.status is DeliveryStatus.SENT:
-                    await self._finish(state)
+                step = route(state, await self._channels(state, call))
+                match step:
+                    case Route.SPEAK:
+                        assert call is not None
+                        await self._speak(state, call)
+                    case Route.AGENT:
+                        assert agent is not None
+                        await agent.hand_over(state)
+                    case Route.CHAT:
+                        await self._send(state)
+                    case Route.SETTLE_VOICE:
+                        await self._orphaned(state)
+                    case Route.SETTLE_AGENT:
+                        assert agent is not None
+                        await agent.orphaned(state)
+                    case Route.FINISH_CHAT:
+                        await self._finish(state)
+                    case Route.LEAVE_TO_OWNER | Route.NOTHING:
+                        pass
             except ConcurrencyConflict:
                 # The policy (or another surface) wrote meanwhile: catch up and look again.
                 await self._view.sync()
@@ -146,12 +151,29 @@ class DeliveryExecutor:
                 return
         raise RuntimeError(f"delivery {delivery_id}: too many concurrent writers")
 
+    async def _channels(self, state: DeliveryState, call: Call | None) -> Channels:
+        """What the session has, looked up only as far as the route depends on it."""
+        agent = self.agent
+        local = call is not None
+        live = needs_liveness(state, local_call=local) and await self._live_calls(
+            state.session_id
+        )
+        sent = state.status is DeliveryStatus.SENT and not state.handed_off
+        on_voice = sent and self._sent_on_voice(state)
+        on_agent = sent and not on_voice and agent is not None and agent.sent_on_agent(state)
+        return Channels(
+            local_call=local,
+            live_call=live,
+            agent=state.handed_off and agent is not None and agent.serves(state.session_id),
+            sent_on_voice=on_voice,
+            sent_on_agent=on_agent,
+        )
+
     # ------------------------------------------------------------------ voice
 
     async def _speak(self, state: DeliveryState, call: Call) -> None:
         interrupt = state.decision == "interrupt"
-        sent = DeliverySent(mode="interrupt" if interrupt else "proactive", channel="voice")
-        await self._append(state, sent)
+        await self._append(state, sent_event(state, "voice"))
         if state.ready_at is not None:
             metrics.DELIVERY_READY_TO_SENT.observe(
                 max((_now() - state.ready_at).total_seconds(), 0.0)
@@ -209,25 +231,7 @@ class DeliveryExecutor:
     def _sent_on_voice(self, state: DeliveryState) -> bool:
         """Sent on a call, or attached to the reply of a spoken turn: the call settles it."""
         found = self._view.log(state.session_id)
-        entries = found.entries if found is not None else []
-        channel: str | None = None
-        for entry in entries:
-            event = entry.envelope.event
-            if entry.envelope.delivery_id != state.delivery_id:
-                continue
-            if isinstance(event, DeliverySent):
-                channel = event.channel
-            elif isinstance(event, DeliveryAttached):
-                channel = self._turn_channel(entries, event.attached_to_turn_id)
-        return channel == "voice"
-
-    @staticmethod
-    def _turn_channel(entries: list[Entry], turn_id: str) -> str | None:
-        for entry in entries:
-            event = entry.envelope.event
-            if isinstance(event, TurnReceived) and entry.envelope.turn_id == turn_id:
-                return event.channel
-        return None
+        return sent_on_voice(found.entries if found is not None else [], state.delivery_id)
 
     async def _orphaned(self, state: DeliveryState) -> None:
         """Sent to a call this process does not hold: unheard once no call is alive."""
@@ -236,7 +240,7 @@ class DeliveryExecutor:
         dead = self._calls_of(state.session_id)
         for connection_id in dead:
             await self._write_lost(state, connection_id)
-        reason = "call_lost" if dead else "call_ended"
+        reason = lost_reason(dead)
         current = self._view.deliveries.get(state.delivery_id)
         if current is not None and current.status is DeliveryStatus.SENT:
             await self._append(current, DeliveryUnheard(played_ms=0, reason=reason))
@@ -305,12 +309,7 @@ class DeliveryExecutor:
     # ------------------------------------------------------------------ chat
 
     async def _send(self, state: DeliveryState) -> None:
-        sent = (
-            DeliverySent(mode="interrupt", channel="chat")
-            if state.decision == "interrupt"
-            else DeliverySent(mode="proactive", channel="chat")
-        )
-        await self._append(state, sent)
+        await self._append(state, sent_event(state, "chat"))
         if state.ready_at is not None:
             metrics.DELIVERY_READY_TO_SENT.observe(
                 max((_now() - state.ready_at).total_seconds(), 0.0)

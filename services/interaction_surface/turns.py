@@ -24,17 +24,17 @@ import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from libs import metrics
-from libs.admission import ELSEWHERE, Admission, LoadView, Outcome, ToolCall, TurnContext
+from libs.admission import Admission, LoadView, Outcome, TurnContext
 from libs.bus import ConcurrencyConflict, Context, append
 from libs.domain import SessionState
-from libs.domain.channel import OperationFacts, Verdict, refusal_events, stale_after_turn
+from libs.domain.channel import Verdict, refusal_events
 from libs.domain.delivery import OPEN, DeliveryStatus
 from libs.events import (
     DELIVERIES,
@@ -47,31 +47,21 @@ from libs.events import (
     TurnReplied,
 )
 from libs.models.interface import (
-    AdmissionNote,
     ConversationModel,
     ModelError,
     PendingUpdate,
     TurnReply,
     TurnRequest,
 )
-from libs.models.phrasing import reply_language
 from libs.service import Runtime
 from libs.tools import ToolRegistry
 
+from . import turn_plan
 from .auth import new_id
-from .conversation import (
-    apology,
-    fallback_acceptance,
-    history_for_model,
-    language_of,
-    live_operations,
-    pending_updates,
-    reworded,
-    tool_spec,
-    with_updates,
-)
+from .conversation import fallback_acceptance, tool_spec
 from .projections import SurfaceView
 from .settings import Settings
+from .turn_plan import SessionView
 
 log = logging.getLogger(__name__)
 
@@ -209,70 +199,59 @@ class Turns:
     async def _turn(self, request: TurnInput, turn_id: str) -> dict[str, Any]:
         session_id = request.session.session_id
         received_at = await self._open_turn(session_id, turn_id, request)
-        state = self._view.session(session_id) or request.session
         found = self._view.log(session_id)
-        context_from = found.context_from if found is not None else 0
-        language = language_of(request.text, self._settings.language)
+        seen = SessionView(
+            session=self._view.session(session_id) or request.session,
+            context_from=found.context_from if found is not None else 0,
+            operations=self._view.session_operations(session_id),
+            deliveries=self._view.session_deliveries(session_id),
+        )
         response_id = new_id("resp")
-        agent = state.agent
         ctx = TurnContext(
             session_id=session_id,
             turn_id=turn_id,
-            tenant_id=state.tenant_id,
-            user_id=state.user_id,
-            agent=agent,
+            tenant_id=seen.session.tenant_id,
+            user_id=seen.session.user_id,
+            agent=seen.session.agent,
         )
-        updates = pending_updates(self._view.session_deliveries(session_id))
-        model_request = TurnRequest(
-            session_id=session_id,
+        model_request = turn_plan.model_request(
+            seen,
+            text=request.text,
             turn_id=turn_id,
-            agent=agent,
-            language=language,
-            user_text=request.text,
-            # The user's message of this turn is the last one: the model gets it separately.
-            history=history_for_model(state.messages[:-1], context_from),
             tools=self._tools,
-            live_operations=live_operations(
-                self._view.session_operations(session_id), self._registry.label
-            ),
-            pending_updates=updates,
-            today=_now().date().isoformat(),
+            label=self._registry.label,
+            default_language=self._settings.language,
+            now=_now(),
             deadline=time.monotonic() + self._settings.model_timeout_s,
         )
-        reply: TurnReply | None
-        try:
-            with metrics.turn_phase("model"):
-                reply = await asyncio.wait_for(
-                    self._model.respond(model_request), self._settings.model_timeout_s
-                )
-        except (ModelError, TimeoutError) as exc:
-            log.warning("model failed on turn %s: %r", turn_id, exc)
-            reply = None
-        except Exception:
-            log.exception("model crashed on turn %s", turn_id)
-            reply = None
-        outcomes: list[Outcome] = []
+        reply = await self._respond(model_request)
+        question = None
         if reply is not None and reply.calls and request.review is not None:
-            asked = request.review([(c.tool, c.arguments) for c in reply.calls])
-            if asked:
-                # Misheard words must not reach a tool: ask first, admit nothing.
-                reply = replace(reply, text=asked, calls=(), attached=())
-        if reply is None:
-            attached = await self._attach(session_id, turn_id, updates)
-            text = with_updates(apology(language), attached, ())
+            question = request.review([(c.tool, c.arguments) for c in reply.calls])
+        plan = turn_plan.plan_turn(model_request, reply, _now(), question=question)
+        outcomes: list[Outcome] = []
+        if plan.reply is None:
+            attached = await self._attach(session_id, turn_id, plan.updates)
+            text = turn_plan.reply_text(plan.apology or "", attached, None)
         else:
             with metrics.turn_phase("admission"):
-                outcomes, undone = await self._act(ctx, reply)
-            # The model saw the updates before admission; only now is it known which of them
-            # this turn made stale, and which were said elsewhere meanwhile.
+                results = await self._act(ctx, plan.actions)
+            outcomes = [outcome for _, outcome in results]
             with metrics.turn_phase("updates"):
-                live = await self._drop_stale(session_id, turn_id, updates, outcomes, undone)
+                live, refused = turn_plan.stale_updates(
+                    session_id,
+                    plan.updates,
+                    self._view.deliveries.get,
+                    outcomes,
+                    turn_plan.undone(results),
+                )
+                for delivery_id, verdict in refused:
+                    await self._refuse(session_id, turn_id, delivery_id, verdict)
                 attached = await self._attach(session_id, turn_id, live)
-            final_request = replace(model_request, pending_updates=tuple(attached))
-            reply = reworded(reply, updates, attached, reply_language(model_request))
+            final_request, worded = turn_plan.reworded_reply(model_request, plan.reply, attached)
             with metrics.turn_phase("acceptance_text"):
-                text = await self._acceptance(final_request, reply, outcomes, language)
-            text = with_updates(text, attached, reply.attached)
+                text = await self._acceptance(final_request, worded, outcomes)
+            text = turn_plan.reply_text(text, attached, worded)
         await self._reply(
             ctx,
             response_id=response_id,
@@ -284,24 +263,27 @@ class Turns:
         if request.channel == "chat":
             with metrics.turn_phase("delivered"):
                 await self._delivered(session_id, attached, turn_id)
-        extra: dict[str, Any] = {}
-        if request.channel == "voice":
-            extra["attached_delivery_ids"] = [u.delivery_id for u in attached]
-        return {
-            **extra,
-            "turn_id": turn_id,
-            "reply": {"text": text, "response_id": response_id},
-            "operations": [
-                {
-                    "operation_id": o.operation_id,
-                    "tool": o.tool,
-                    "status": o.status,
-                    "batch_id": o.batch_id,
-                }
-                for o in outcomes
-                if o.operation_id
-            ],
-        }
+        return turn_plan.answer(
+            turn_id=turn_id,
+            text=text,
+            response_id=response_id,
+            outcomes=outcomes,
+            attached=attached,
+            channel=request.channel,
+        )
+
+    async def _respond(self, request: TurnRequest) -> TurnReply | None:
+        """The model's reply, or None when it failed or ran out of time."""
+        try:
+            with metrics.turn_phase("model"):
+                return await asyncio.wait_for(
+                    self._model.respond(request), self._settings.model_timeout_s
+                )
+        except (ModelError, TimeoutError) as exc:
+            log.warning("model failed on turn %s: %r", request.turn_id, exc)
+        except Exception:
+            log.exception("model crashed on turn %s", request.turn_id)
+        return None
 
     async def _open_turn(self, session_id: str, turn_id: str, request: TurnInput) -> str:
         """Append `turn.received` once no other turn of the session is open (any process)."""
@@ -349,73 +331,26 @@ class Turns:
         raise TurnBusy(session_id)
 
     async def _act(
-        self, ctx: TurnContext, reply: TurnReply
-    ) -> tuple[list[Outcome], dict[str, str]]:
-        """Explicit requests first (cancel, yes/no, undo), then the proposed calls.
-
-        Also returns the operations this turn started undoing, each with its compensation.
-        """
-        outcomes = [
-            await self._admission.request_cancel(ctx, operation_id, reason="user asked")
-            for operation_id in reply.cancels
-        ]
-        outcomes += [
-            await self._admission.confirm(ctx, operation_id, accept=accept)
-            for operation_id, accept in reply.confirmations
-        ]
-        undos = [
-            await self._admission.compensate(ctx, operation_id)
-            for operation_id in reply.compensations
-        ]
-        outcomes += undos
-        # A refused undo answers with the operation itself; a started one with its compensation.
-        undone = {
-            operation_id: outcome.operation_id
-            for operation_id, outcome in zip(reply.compensations, undos, strict=True)
-            if outcome.operation_id != operation_id
-        }
-        if reply.calls:
-            calls = [ToolCall(c.tool, dict(c.arguments), c.call_id) for c in reply.calls]
-            admitted = await self._admission.admit(ctx, calls)
-            outcomes.extend(admitted.outcomes)
-        return outcomes, undone
-
-    async def _drop_stale(
-        self,
-        session_id: str,
-        turn_id: str,
-        updates: Sequence[PendingUpdate],
-        outcomes: Sequence[Outcome],
-        undone: Mapping[str, str],
-    ) -> list[PendingUpdate]:
-        """The pending updates still worth saying after this turn's own requests.
-
-        One this turn made stale is superseded (or suppressed) on its record, with the gate's
-        reason, before the reply exists: the reply, the history and the record then agree.
-        """
-        superseded_by = {
-            older: OperationFacts(
-                operation_id=o.operation_id,
-                session_id=session_id,
-                batch_id=o.batch_id,
-                subject_key=o.subject_key,
-            )
-            for o in outcomes
-            for older in o.supersedes
-        }
-        if not superseded_by and not undone:
-            return list(updates)
-        live: list[PendingUpdate] = []
-        for update in updates:
-            delivery = self._view.deliveries.get(update.delivery_id)
-            verdict = (
-                stale_after_turn(delivery, superseded_by, undone) if delivery is not None else None
-            )
-            if verdict is None:
-                live.append(update)
-                continue
-            await self._refuse(session_id, turn_id, update.delivery_id, verdict)
-        return live
+        self, ctx: TurnContext, actions: Sequence[turn_plan.Action]
+    ) -> list[tuple[turn_plan.Action, Outcome]]:
+        """Put the planned actions through admission, in order, each with its outcomes."""
+        results: list[tuple[turn_plan.Action, Outcome]] = []
+        for action in actions:
+            match action:
+                case turn_plan.Cancel(operation_id):
+                    outcome = await self._admission.request_cancel(
+                        ctx, operation_id, reason="user asked"
+                    )
+                    results.append((action, outcome))
+                case turn_plan.Confirm(operation_id, accept):
+                    outcome = await self._admission.confirm(ctx, operation_id, accept=accept)
+                    results.append((action, outcome))
+                case turn_plan.Compensate(operation_id):
+                    results.append((action, await self._admission.compensate(ctx, operation_id)))
+                case turn_plan.Admit(calls):
+                    admitted = await self._admission.admit(ctx, list(calls))
+                    results.extend((action, o) for o in admitted.outcomes)
+        return results
 
     async def _refuse(
         self, session_id: str, turn_id: str, delivery_id: str, verdict: Verdict
@@ -432,47 +367,27 @@ class Turns:
         if verdict.stale:
             metrics.STALE_DELIVERIES.inc()
 
-    def _note(self, outcome: Outcome, session_id: str) -> AdmissionNote:
-        state = self._load.get(outcome.operation_id) or self._view.operations.get(
-            outcome.operation_id
-        )
-        if state is not None and state.session_id != session_id and outcome.reason != ELSEWHERE:
-            # An id from another session (a model may repeat any id): never name its resource.
-            # Admission's join of the user's own intent from another session may: the user has
-            # just asked for that very resource.
-            state = None
-        label = outcome.tool
-        if state is not None:
-            label = self._registry.label(outcome.tool, state.arguments)
-        reason = outcome.reason
-        if reason and outcome.detail:
-            reason = f"{reason}: {outcome.detail}"
-        return AdmissionNote(
-            operation_id=outcome.operation_id,
-            tool=outcome.tool,
-            status=outcome.status,
-            label=label,
-            reason=reason,
-            prompt=outcome.prompt,
-        )
-
     async def _acceptance(
-        self,
-        request: TurnRequest,
-        reply: TurnReply,
-        outcomes: Sequence[Outcome],
-        language: str,
+        self, request: TurnRequest, reply: TurnReply, outcomes: Sequence[Outcome]
     ) -> str:
         if not outcomes:
             return reply.text
-        notes = [self._note(o, request.session_id) for o in outcomes]
+        notes = [
+            turn_plan.admission_note(
+                o,
+                self._load.get(o.operation_id) or self._view.operations.get(o.operation_id),
+                request.session_id,
+                self._registry.label,
+            )
+            for o in outcomes
+        ]
         try:
             return await asyncio.wait_for(
                 self._model.accept(request, reply, notes), self._settings.model_timeout_s
             )
         except Exception as exc:  # noqa: BLE001 - the acceptance falls back to a fixed template
             log.warning("model could not word the acceptance: %r", exc)
-            return fallback_acceptance(notes, language)
+            return fallback_acceptance(notes, request.language)
 
     async def _attach(
         self, session_id: str, turn_id: str, updates: Sequence[PendingUpdate]
