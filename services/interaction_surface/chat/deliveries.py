@@ -55,9 +55,10 @@ from libs.events import (
 )
 from libs.service import Runtime
 
-from .auth import new_id
-from .playback import Settled, carried_heard
-from .projections import SurfaceView
+from ..auth import new_id
+from ..playback import Settled, carried_heard
+from ..projections import SurfaceView
+from ..settings import Settings
 from .routing import (
     Channels,
     Route,
@@ -67,11 +68,10 @@ from .routing import (
     sent_event,
     sent_on_voice,
 )
-from .settings import Settings
 
 if TYPE_CHECKING:
-    from .agent_channel import AgentChannel
-    from .telephony import Call, CallOwnership, CallRegistry
+    from ..agent_channel import AgentChannel
+    from ..telephony import Call, CallOwnership, CallRegistry
 
 log = logging.getLogger(__name__)
 

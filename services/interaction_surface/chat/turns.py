@@ -56,11 +56,11 @@ from libs.models.interface import (
 from libs.service import Runtime
 from libs.tools import ToolRegistry
 
+from ..auth import new_id
+from ..projections import SurfaceView
+from ..settings import Settings
 from . import turn_plan
-from .auth import new_id
 from .conversation import fallback_acceptance, tool_spec
-from .projections import SurfaceView
-from .settings import Settings
 from .turn_plan import SessionView
 
 log = logging.getLogger(__name__)
