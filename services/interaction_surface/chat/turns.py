@@ -13,7 +13,10 @@ A turn, in order:
    reason, the rest are attached (`delivery.attached` first, so nobody else says them);
 6. the acceptance is worded from the attached set only (never claiming completion), the
    reply is written (`turn.replied`), then the attached updates are marked delivered.
-It returns on acceptance; operations run elsewhere.
+It returns on acceptance; operations run elsewhere. The decisions are in `turn_plan.py`.
+
+Over 400 lines: the client-turn idempotency, opening the turn on the log and the guarded
+delivery appends are the turn's I/O, and each needs its own conflict handling.
 """
 
 from __future__ import annotations
