@@ -43,6 +43,7 @@ from libs.events import SpeechStarted
 from libs.models.interface import AdmissionNote, TurnRequest
 from libs.models.mock import MockModel
 from libs.tools import default_registry
+from services.interaction_surface.chat.conversation import tool_spec
 from services.interaction_surface.codec import (
     PCM_FRAME_BYTES,
     ULAW_FRAME_BYTES,
@@ -50,7 +51,6 @@ from services.interaction_surface.codec import (
     silence_ulaw,
     ulaw_to_pcm16,
 )
-from services.interaction_surface.conversation import tool_spec
 from services.interaction_surface.speech import EspeakTts, Recognizer, TextToSpeech, synthesize
 from services.interaction_surface.stt import PocketsphinxStt
 from services.interaction_surface.telephony import Call, SpeechPorts

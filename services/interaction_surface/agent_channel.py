@@ -69,7 +69,7 @@ from .auth import new_id
 
 if TYPE_CHECKING:
     from .api import Surface
-    from .deliveries import DeliveryExecutor
+    from .chat.deliveries import DeliveryExecutor
     from .projections import Entry
     from .telephony import CallOwnership
 

@@ -41,13 +41,13 @@ from libs.problems import PROBLEM_JSON, problem
 from libs.service import Runtime
 
 from .auth import api_key_ok, bearer, hash_token, new_id, new_token, token_matches
+from .chat.turns import TurnBusy, TurnInput, TurnPending, Turns
 from .diagnosis import diagnose
 from .projections import ERASED, SurfaceView, decode_cursor
 from .ratelimit import RateLimited, RateLimiter
 from .settings import Settings
 from .snapshot import build_snapshot, causal_order, timeline_item
 from .stream import SessionStream
-from .turns import TurnBusy, TurnInput, TurnPending, Turns
 
 log = logging.getLogger(__name__)
 

@@ -31,12 +31,12 @@ from libs.tools import default_registry
 
 from .agent_api import AGENT_BODIES, AgentApi, build_agent_router
 from .api import BODIES, Surface, install
-from .deliveries import DeliveryExecutor
+from .chat.deliveries import DeliveryExecutor
+from .chat.turns import Turns
 from .projections import SurfaceView
 from .settings import Settings
 from .telephony import CallRegistry
 from .tool_calls import ToolCalls
-from .turns import Turns
 from .voice import install_voice, start_voice
 
 STATIC = Path(__file__).parent / "static"

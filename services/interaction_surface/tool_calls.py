@@ -47,7 +47,7 @@ from libs.events import ToolCallsReceived
 from libs.tools import Caller, ToolDeclaration, ToolRegistry
 
 from .auth import new_id
-from .conversation import tool_spec
+from .chat.conversation import tool_spec
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,8 @@ from libs.events import InteractionEvent
 
 from .api import Surface
 from .auth import new_id
-from .deliveries import DeliveryExecutor
+from .chat.deliveries import DeliveryExecutor
+from .chat.turns import TurnInput
 from .floor import FloorConfig
 from .playback import Settled
 from .speech import (
@@ -44,7 +45,6 @@ from .telephony import (
     opened_session_event,
     telephony_settings,
 )
-from .turns import TurnInput
 from .twilio_trust import CLAIM_MARGIN_S
 from .vad import VadConfig, load_silero
 

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libs.admission import Outcome
+from libs.admission import Outcome, ToolCall
 from libs.domain import OperationState, OpStatus
 from libs.models.interface import PendingUpdate, ProposedCall, TurnReply, TurnRequest
-from services.interaction_surface import turn_plan
-from services.interaction_surface.turn_plan import Admit, Cancel, Compensate, Confirm
+from services.interaction_surface.chat import turn_plan
+from services.interaction_surface.chat.turn_plan import Admit, Cancel, Compensate, Confirm
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 ops = st.text("abcdef", min_size=1, max_size=4).map(lambda s: f"op_{s}")
@@ -73,9 +73,7 @@ def test_every_request_of_the_reply_becomes_one_action_in_order(
     expected += [Confirm(op, yes) for op, yes in reply.confirmations]
     expected += [Compensate(op) for op in reply.compensations]
     if reply.calls:
-        expected.append(
-            Admit(tuple(turn_plan.ToolCall(c.tool, c.arguments, c.call_id) for c in reply.calls))
-        )
+        expected.append(Admit(tuple(ToolCall(c.tool, c.arguments, c.call_id) for c in reply.calls)))
     assert list(plan.actions) == expected
     assert plan.apology is None
     # At most one admission per turn: the calls are admitted together, as one batch.

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from libs.domain import DeliveryState
 from libs.domain.delivery import DeliveryStatus
-from services.interaction_surface.routing import (
+from services.interaction_surface.chat.routing import (
     Channels,
     Route,
     lost_reason,

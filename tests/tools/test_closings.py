@@ -7,7 +7,7 @@ import pytest
 from libs.domain import OperationState, OpStatus
 from libs.tools import default_registry
 from services.batch_coordinator.domain import outcome_of, template_summary
-from services.interaction_surface.conversation import tool_spec
+from services.interaction_surface.chat.conversation import tool_spec
 from tests.tools.conftest import SECRET, TOOLS_FILE
 
 

@@ -13,7 +13,10 @@ A turn, in order:
    reason, the rest are attached (`delivery.attached` first, so nobody else says them);
 6. the acceptance is worded from the attached set only (never claiming completion), the
    reply is written (`turn.replied`), then the attached updates are marked delivered.
-It returns on acceptance; operations run elsewhere.
+It returns on acceptance; operations run elsewhere. The decisions are in `turn_plan.py`.
+
+Over 400 lines: the client-turn idempotency, opening the turn on the log and the guarded
+delivery appends are the turn's I/O, and each needs its own conflict handling.
 """
 
 from __future__ import annotations
@@ -56,11 +59,11 @@ from libs.models.interface import (
 from libs.service import Runtime
 from libs.tools import ToolRegistry
 
+from ..auth import new_id
+from ..projections import SurfaceView
+from ..settings import Settings
 from . import turn_plan
-from .auth import new_id
 from .conversation import fallback_acceptance, tool_spec
-from .projections import SurfaceView
-from .settings import Settings
 from .turn_plan import SessionView
 
 log = logging.getLogger(__name__)

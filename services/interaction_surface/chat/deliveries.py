@@ -28,6 +28,9 @@ it. A call whose owner died (its key expired) is settled by whichever surface sw
 (at start-up, then every TTL): `channel.disconnected` (reason `owner_lost`) for the call,
 then `delivery.unheard` (reason `call_lost`) for what it left `sent`, so the policy puts the
 delivery back and the next contact, by call or chat, gets it once.
+
+Which of these steps a delivery takes is decided by `routing.route`; this module executes
+it. About 400 lines: each channel's execution (chat, call, agent, the sweeps) is here.
 """
 
 from __future__ import annotations
@@ -55,9 +58,10 @@ from libs.events import (
 )
 from libs.service import Runtime
 
-from .auth import new_id
-from .playback import Settled, carried_heard
-from .projections import SurfaceView
+from ..auth import new_id
+from ..playback import Settled, carried_heard
+from ..projections import SurfaceView
+from ..settings import Settings
 from .routing import (
     Channels,
     Route,
@@ -67,11 +71,10 @@ from .routing import (
     sent_event,
     sent_on_voice,
 )
-from .settings import Settings
 
 if TYPE_CHECKING:
-    from .agent_channel import AgentChannel
-    from .telephony import Call, CallOwnership, CallRegistry
+    from ..agent_channel import AgentChannel
+    from ..telephony import Call, CallOwnership, CallRegistry
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from libs.domain import DeliveryState
 from libs.domain.delivery import DeliveryStatus
 from libs.events import DeliveryAttached, DeliverySent, TurnReceived
 
-from .projections import Entry
+from ..projections import Entry
 
 
 class Route(StrEnum):
