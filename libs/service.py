@@ -36,6 +36,7 @@ from libs.bus import (
     Context,
     DurableConsumer,
     Handler,
+    NatsEventStore,
     Topology,
     connect,
     ensure_buckets,
@@ -80,6 +81,11 @@ class Runtime:
         if self.js is None:
             raise RuntimeError(f"{self.name} is not connected")
         return self.js
+
+    @property
+    def store(self) -> NatsEventStore:
+        """The event store port over this runtime's broker and buckets; valid once started."""
+        return NatsEventStore(self.jetstream, self.buckets)
 
     def consumer(
         self,

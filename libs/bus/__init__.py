@@ -6,12 +6,15 @@ from .connection import connect
 from .consumer import DurableConsumer, Handler, Poison, Received, spec_for
 from .deadletter import DEAD_LETTER_DECODER, DeadLetter
 from .declare import ConsumerSpec, ensure_buckets, ensure_consumer, ensure_stream, ensure_streams
+from .memory import MemoryEventStore
+from .ports import EventStore
 from .replay import Replayed, follow_heartbeat_s, last_subject_seq, read_subject, replay
 from .store import (
     Appended,
     Claim,
     ClaimConflict,
     ConcurrencyConflict,
+    NatsEventStore,
     append,
     claim_once,
     read_claim,
@@ -30,9 +33,12 @@ __all__ = [
     "Context",
     "DeadLetter",
     "DurableConsumer",
+    "EventStore",
     "Handler",
     "InvalidSubjectToken",
     "Loaded",
+    "MemoryEventStore",
+    "NatsEventStore",
     "Poison",
     "Received",
     "Replayed",
