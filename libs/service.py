@@ -43,6 +43,7 @@ from libs.bus import (
     ensure_streams,
     spec_for,
 )
+from libs.bus.topology import Partition
 from libs.config import BusSettings
 from libs.events import EventCodec
 from libs.problems import PROBLEM_JSON
@@ -114,6 +115,29 @@ class Runtime:
             redelivery_backoff_s=self.settings.redelivery_backoff_s,
             **options,
         )
+
+    def consumes(
+        self,
+        context: Context,
+        codec: EventCodec[Any],
+        handler: Handler[Any],
+        *,
+        role: str | None = None,
+        partition: Partition | None = None,
+        **options: Any,
+    ) -> ConsumerFactory:
+        """A consumer factory for `consumer_factories`: a durable named after this service,
+        the role (default: the context) and the partition, which it also filters by (every
+        partition's consumer sees every message and works only on its own sessions)."""
+
+        def build(rt: Runtime) -> DurableConsumer[Any]:
+            durable = rt.topology.durable(rt.name, role or context.value, partition)
+            return rt.consumer(
+                context, durable=durable, codec=codec, handler=handler, partition=partition,
+                **options,
+            )
+
+        return build
 
     def bucket(self, purpose: str) -> KeyValue:
         """A declared KV bucket by purpose (e.g. "intents")."""
