@@ -20,7 +20,6 @@ from libs import metrics
 from libs.admission import Admission, LoadView
 from libs.bus import Context
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK
-from libs.config import env_str
 from libs.events import DELIVERIES
 from libs.models import model_from_env
 from libs.models.interface import ConversationModel
@@ -42,14 +41,14 @@ from .voice import install_voice, start_voice
 STATIC = Path(__file__).parent / "static"
 
 
-def conversation_model() -> ConversationModel:
-    """The model named by `HOLDLINE_MODEL`, after importing `HOLDLINE_MODEL_MODULES`.
+def conversation_model(modules: tuple[str, ...] = ()) -> ConversationModel:
+    """The model named by `HOLDLINE_MODEL`, after importing `modules`
+    (`HOLDLINE_MODEL_MODULES`).
 
     Those modules register extra models (a user's own adapter) with `libs.models.register`.
     """
-    for name in env_str("HOLDLINE_MODEL_MODULES", "").split(","):
-        if name.strip():
-            importlib.import_module(name.strip())
+    for name in modules:
+        importlib.import_module(name)
     return model_from_env()
 
 
@@ -83,7 +82,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     runtime.consumer_factories = (
         runtime.consumes(Context.DELIVERIES, DELIVERIES, executor.on_delivery),
     )
-    model = conversation_model()
+    model = conversation_model(settings.model_modules)
     # Before anything starts: a bad tool declaration stops the service (DeclarationError).
     registry = default_registry()
     view.label = registry.label
