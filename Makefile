@@ -6,12 +6,13 @@ PYTEST_ARGS ?=
 # Most tests wait on timers and child processes, so two workers on two cores halve the wall clock.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv run run-cluster test lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery chaos dashboards clean
+.PHONY: help venv run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery chaos dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
 	@echo "make run-cluster  the same on a 3-node JetStream cluster, two of each service"
 	@echo "make test   install what is needed and run lint, types and the whole suite"
+	@echo "make test-fast  the shell unit tests on the in-memory event store (no broker, seconds)"
 	@echo "make proto  regenerate proto/ (JSON Schemas and the AsyncAPI document)"
 	@echo "make bench  run the benchmarks; results under bench/results/"
 	@echo "make chaos  the long fault-injection run (kills, pauses, broker faults); prints its figures"
@@ -34,6 +35,10 @@ typecheck: venv
 test: venv lint typecheck
 	scripts/ensure-system-deps.sh
 	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# Only the tests marked `fast`: shells over the in-memory event store; no broker is started.
+test-fast: venv
+	$(BIN)/python -m pytest -m fast -n 0 -p no:randomly $(PYTEST_ARGS)
 
 proto: venv
 	$(BIN)/python -m libs.proto

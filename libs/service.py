@@ -36,12 +36,14 @@ from libs.bus import (
     Context,
     DurableConsumer,
     Handler,
+    NatsEventStore,
     Topology,
     connect,
     ensure_buckets,
     ensure_streams,
     spec_for,
 )
+from libs.bus.topology import Partition
 from libs.config import BusSettings
 from libs.events import EventCodec
 from libs.problems import PROBLEM_JSON
@@ -81,6 +83,11 @@ class Runtime:
             raise RuntimeError(f"{self.name} is not connected")
         return self.js
 
+    @property
+    def store(self) -> NatsEventStore:
+        """The event store port over this runtime's broker and buckets; valid once started."""
+        return NatsEventStore(self.jetstream, self.buckets)
+
     def consumer(
         self,
         context: Context,
@@ -108,6 +115,29 @@ class Runtime:
             redelivery_backoff_s=self.settings.redelivery_backoff_s,
             **options,
         )
+
+    def consumes(
+        self,
+        context: Context,
+        codec: EventCodec[Any],
+        handler: Handler[Any],
+        *,
+        role: str | None = None,
+        partition: Partition | None = None,
+        **options: Any,
+    ) -> ConsumerFactory:
+        """A consumer factory for `consumer_factories`: a durable named after this service,
+        the role (default: the context) and the partition, which it also filters by (every
+        partition's consumer sees every message and works only on its own sessions)."""
+
+        def build(rt: Runtime) -> DurableConsumer[Any]:
+            durable = rt.topology.durable(rt.name, role or context.value, partition)
+            return rt.consumer(
+                context, durable=durable, codec=codec, handler=handler, partition=partition,
+                **options,
+            )
+
+        return build
 
     def bucket(self, purpose: str) -> KeyValue:
         """A declared KV bucket by purpose (e.g. "intents")."""

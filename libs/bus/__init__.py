@@ -1,17 +1,27 @@
 """The JetStream layer: topology, declaration, appends, create-once claims, consumers, replay."""
 
-from .aggregate import Loaded, load
+from .aggregate import Loaded, load, load_from
 from .codecs import EVENT_CODECS
 from .connection import connect
 from .consumer import DurableConsumer, Handler, Poison, Received, spec_for
 from .deadletter import DEAD_LETTER_DECODER, DeadLetter
 from .declare import ConsumerSpec, ensure_buckets, ensure_consumer, ensure_stream, ensure_streams
-from .replay import Replayed, follow_heartbeat_s, last_subject_seq, read_subject, replay
+from .memory import MemoryEventStore
+from .ports import EventStore
+from .replay import (
+    Replayed,
+    follow_heartbeat_s,
+    last_subject_seq,
+    read_subject,
+    replay,
+    replay_owned,
+)
 from .store import (
     Appended,
     Claim,
     ClaimConflict,
     ConcurrencyConflict,
+    NatsEventStore,
     append,
     claim_once,
     read_claim,
@@ -30,9 +40,12 @@ __all__ = [
     "Context",
     "DeadLetter",
     "DurableConsumer",
+    "EventStore",
     "Handler",
     "InvalidSubjectToken",
     "Loaded",
+    "MemoryEventStore",
+    "NatsEventStore",
     "Poison",
     "Received",
     "Replayed",
@@ -48,9 +61,11 @@ __all__ = [
     "follow_heartbeat_s",
     "last_subject_seq",
     "load",
+    "load_from",
     "read_claim",
     "read_subject",
     "replay",
+    "replay_owned",
     "spec_for",
     "token",
 ]

@@ -10,7 +10,8 @@ from nats.js import JetStreamContext
 
 from libs.events import Envelope, EventCodec
 
-from .replay import read_subject
+from .ports import EventStore
+from .store import NatsEventStore
 
 S = TypeVar("S")
 B = TypeVar("B")
@@ -32,12 +33,23 @@ async def load(
     codec: EventCodec[B],
     evolve: Callable[[S | None, Envelope[B]], S],
 ) -> Loaded[S, B]:
-    """Fold every event on one subject into its state.
+    """Fold every event on one subject into its state (see `load_from`)."""
+    return await load_from(NatsEventStore(js, {}), stream, subject, codec, evolve)
+
+
+async def load_from(
+    store: EventStore,
+    stream: str,
+    subject: str,
+    codec: EventCodec[B],
+    evolve: Callable[[S | None, Envelope[B]], S],
+) -> Loaded[S, B]:
+    """Fold every event on one subject of an event store into its state.
 
     An event the state machine refuses is skipped: it was appended by an older version or
     by a racing writer, and the history must stay readable either way.
     """
-    replayed = await read_subject(js, stream, subject, codec)
+    replayed = await store.read_subject(stream, subject, codec)
     state: S | None = None
     events: list[Envelope[B]] = []
     for item in replayed.items:

@@ -6,6 +6,7 @@ import contextlib
 import functools
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
@@ -15,10 +16,11 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import FetchTimeoutError, NotFoundError
 
 from libs.config import env_float, env_int
-from libs.events import EventCodec, EventDecodeError
+from libs.events import Envelope, EventCodec, EventDecodeError
 
 from .consumer import Received
 from .store import StaleReplica
+from .topology import Context, Topology
 
 B = TypeVar("B")
 
@@ -101,6 +103,29 @@ async def replay(
         with contextlib.suppress(Exception):
             await js.delete_consumer(stream, name)
     return out
+
+
+async def replay_owned(
+    js: JetStreamContext,
+    topology: Topology,
+    context: Context,
+    codec: EventCodec[B],
+    *,
+    owns: Callable[[str], bool],
+    apply: Callable[[Envelope[B], int], object],
+) -> int:
+    """Start-up replay of a context's whole stream into a projection: every event of a
+    session this process owns (its partition) goes to `apply(envelope, stream_seq)`, in
+    order. Returns how many were applied."""
+    replayed = await replay(
+        js, topology.stream_name(context), topology.context_filter(context), codec
+    )
+    applied = 0
+    for item in replayed.items:
+        if owns(item.envelope.session_id):
+            apply(item.envelope, item.stream_seq)
+            applied += 1
+    return applied
 
 
 async def last_subject_seq(js: JetStreamContext, stream: str, subject: str) -> int:

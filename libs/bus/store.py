@@ -14,8 +14,9 @@ import asyncio
 import functools
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import nats.errors
 from nats.js import JetStreamContext
@@ -31,6 +32,11 @@ from nats.js.kv import KeyValue
 from libs import tracing
 from libs.config import env_float
 from libs.events import Envelope, EventCodec
+
+if TYPE_CHECKING:
+    from .replay import Replayed
+
+B = TypeVar("B")
 
 log = logging.getLogger(__name__)
 
@@ -196,3 +202,48 @@ async def read_claim(kv: KeyValue, key: str) -> bytes | None:
     except KeyNotFoundError:
         return None
     return entry.value
+
+
+class NatsEventStore:
+    """The event store port (libs/bus/ports.py) over JetStream and the declared KV buckets.
+
+    `buckets` maps a bucket's purpose ("intents", "deliveries", ...) to its handle; the
+    mapping may be filled after construction (the runtime declares buckets at start-up).
+    """
+
+    def __init__(self, js: JetStreamContext, buckets: Mapping[str, KeyValue]) -> None:
+        self._js = js
+        self._buckets = buckets
+
+    async def append(
+        self,
+        codec: EventCodec[Any],
+        subject: str,
+        envelope: Envelope[Any],
+        *,
+        expected_last_subject_seq: int | None = None,
+        msg_id: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Appended:
+        """Publish one event (see `append`)."""
+        return await append(
+            self._js, codec, subject, envelope,
+            expected_last_subject_seq=expected_last_subject_seq, msg_id=msg_id, headers=headers,
+        )
+
+    async def read_subject(
+        self, stream: str, subject: str, codec: EventCodec[B]
+    ) -> Replayed[B]:
+        """Every message of one subject, by batched direct get."""
+        # replay.py imports this module (StaleReplica), so its reader is imported late.
+        from .replay import read_subject  # noqa: PLC0415
+
+        return await read_subject(self._js, stream, subject, codec)
+
+    async def claim_once(self, bucket: str, key: str, value: bytes) -> Claim:
+        """Claim a key of a bucket (by purpose) forever."""
+        return await claim_once(self._buckets[bucket], key, value)
+
+    async def read_claim(self, bucket: str, key: str) -> bytes | None:
+        """The value a key was claimed with, if any."""
+        return await read_claim(self._buckets[bucket], key)

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 from fastapi import FastAPI
 
-from libs.bus import Context, DurableConsumer, spec_for
+from libs.bus import Context
 from libs.events import BATCHES, OPERATIONS
 from libs.models import get_model
 from libs.service import Runtime, create_service_app
@@ -34,9 +33,8 @@ class CoordinatorRuntime(Runtime):
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The batch-coordinator service."""
     settings = settings or Settings.from_env()
-    bus = settings.bus
     runtime = CoordinatorRuntime(
-        name=SERVICE, settings=bus, publishes=(Context.BATCHES, Context.DELIVERIES)
+        name=SERVICE, settings=settings.bus, publishes=(Context.BATCHES, Context.DELIVERIES)
     )
     # Raises DeclarationError (the service does not start) on a bad tool declaration.
     coordinator = Coordinator(
@@ -44,31 +42,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     # One durable consumer per partition; each sees every message and works only on its own.
     part = settings.partition
-
-    def operations(rt: Runtime) -> DurableConsumer[Any]:
-        spec = spec_for(
-            rt.topology, Context.OPERATIONS,
-            durable=rt.topology.durable(SERVICE, "operations", part),
-            ack_wait_s=bus.ack_wait_s, max_deliver=bus.max_deliver,
-        )
-        return DurableConsumer(
-            rt.jetstream, spec, OPERATIONS, coordinator.on_operation, topology=rt.topology,
-            source=Context.OPERATIONS, redelivery_backoff_s=bus.redelivery_backoff_s,
-            partition=part,
-        )
-
-    def batches(rt: Runtime) -> DurableConsumer[Any]:
-        spec = spec_for(
-            rt.topology, Context.BATCHES, durable=rt.topology.durable(SERVICE, "batches", part),
-            ack_wait_s=bus.ack_wait_s, max_deliver=bus.max_deliver,
-        )
-        return DurableConsumer(
-            rt.jetstream, spec, BATCHES, coordinator.on_batch, topology=rt.topology,
-            source=Context.BATCHES, redelivery_backoff_s=bus.redelivery_backoff_s,
-            partition=part,
-        )
-
-    runtime.consumer_factories = [operations, batches]
+    runtime.consumer_factories = [
+        runtime.consumes(Context.OPERATIONS, OPERATIONS, coordinator.on_operation, partition=part),
+        runtime.consumes(Context.BATCHES, BATCHES, coordinator.on_batch, partition=part),
+    ]
 
     async def on_start() -> None:
         await coordinator.hydrate()

@@ -17,18 +17,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 
 from libs.bus import (
     ClaimConflict,
     ConcurrencyConflict,
     Context,
+    EventStore,
     Received,
-    append,
-    claim_once,
-    load,
-    replay,
+    load_from,
+    replay_owned,
 )
+from libs.clock import SYSTEM_CLOCK, Clock
 from libs.crash import crash_point
 from libs.domain import Projection
 from libs.domain import batch as batch_domain
@@ -76,10 +76,6 @@ log = logging.getLogger(__name__)
 _MAX_CONFLICTS = 8
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class Coordinator:
     """Batch projections plus the handlers that close each batch exactly once."""
 
@@ -90,8 +86,13 @@ class Coordinator:
         model: SummaryModel,
         *,
         registry: ToolRegistry | None = None,
+        store: EventStore | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._rt = runtime
+        # The broker's store unless one is injected (the in-memory one in fast tests).
+        self._store = store
+        self._clock = clock
         self._settings = settings
         self._model = model
         # Declarations word the closings (labels, a tool's own success line).
@@ -110,26 +111,21 @@ class Coordinator:
         self.hydrated = asyncio.Event()
         self._locks: dict[str, asyncio.Lock] = {}
 
+    @property
+    def _events(self) -> EventStore:
+        return self._store if self._store is not None else self._rt.store
+
     # ------------------------------------------------------------------ start-up
 
     async def hydrate(self) -> None:
         """Rebuild the projections from the streams, then finish what a crash left open."""
         js = self._rt.jetstream
         topo = self._rt.topology
-        ops = await replay(
-            js, topo.stream_name(Context.OPERATIONS), topo.context_filter(Context.OPERATIONS),
-            OPERATIONS,
-        )
         owns = self._settings.partition.owns
-        for op_item in ops.items:
-            if owns(op_item.envelope.session_id):
-                self._fold_operation(op_item.envelope, op_item.stream_seq)
-        batches = await replay(
-            js, topo.stream_name(Context.BATCHES), topo.context_filter(Context.BATCHES), BATCHES
+        await replay_owned(
+            js, topo, Context.OPERATIONS, OPERATIONS, owns=owns, apply=self._fold_operation
         )
-        for item in batches.items:
-            if owns(item.envelope.session_id):
-                self.batches.apply(item.envelope, item.stream_seq)
+        await replay_owned(js, topo, Context.BATCHES, BATCHES, owns=owns, apply=self.batches.apply)
         self.hydrated.set()
         open_batches = [s for s in self.batches.states.values() if not s.closed]
         log.info("rebuilt %d batches (%d open)", len(self.batches.states), len(open_batches))
@@ -212,10 +208,9 @@ class Coordinator:
 
     async def _close(self, state: BatchState, seq: int, cause: str | None) -> None:
         delivery_id = final_delivery_id(state.batch_id)
-        kv = self._rt.bucket("deliveries")
         try:
             key = claim_key(final_delivery_key(state.batch_id))
-            await claim_once(kv, key, delivery_id.encode())
+            await self._events.claim_once("deliveries", key, delivery_id.encode())
         except ClaimConflict as exc:
             # Claimed by another version with another id: that one is the closing.
             delivery_id = exc.existing.decode()
@@ -229,7 +224,7 @@ class Coordinator:
         text = await self._summary(outcomes)
         ready = Envelope(
             event_id=f"{delivery_id}-ready",
-            occurred_at=_now(),
+            occurred_at=self._clock.now(),
             session_id=state.session_id,
             turn_id=state.turn_id,
             batch_id=state.batch_id,
@@ -246,8 +241,8 @@ class Coordinator:
         )
         subject = self._rt.topology.delivery_subject(state.session_id, delivery_id)
         try:
-            appended = await append(
-                self._rt.jetstream, DELIVERIES, subject, ready, expected_last_subject_seq=0
+            appended = await self._events.append(
+                DELIVERIES, subject, ready, expected_last_subject_seq=0
             )
             if not appended.duplicate:
                 EVENTS_PUBLISHED.labels(stream="deliveries").inc()
@@ -288,7 +283,7 @@ class Coordinator:
         delivery_id = progress_delivery_id(env.event_id)
         note = Envelope(
             event_id=f"{delivery_id}-ready",
-            occurred_at=_now(),
+            occurred_at=self._clock.now(),
             session_id=env.session_id,
             turn_id=state.turn_id,
             operation_id=env.operation_id,
@@ -305,7 +300,7 @@ class Coordinator:
         )
         subject = self._rt.topology.delivery_subject(env.session_id, delivery_id)
         try:
-            await append(self._rt.jetstream, DELIVERIES, subject, note, expected_last_subject_seq=0)
+            await self._events.append(DELIVERIES, subject, note, expected_last_subject_seq=0)
         except ConcurrencyConflict:
             return
 
@@ -320,8 +315,8 @@ class Coordinator:
 
     async def _reload(self, session_id: str, batch_id: str) -> None:
         topo = self._rt.topology
-        loaded = await load(
-            self._rt.jetstream,
+        loaded = await load_from(
+            self._events,
             topo.stream_name(Context.BATCHES),
             topo.batch_subject(session_id, batch_id),
             BATCHES,
@@ -339,7 +334,7 @@ class Coordinator:
         for event in events:
             env = Envelope(
                 event_id=_batch_event_id(state.batch_id, event),
-                occurred_at=_now(),
+                occurred_at=self._clock.now(),
                 session_id=state.session_id,
                 turn_id=state.turn_id,
                 batch_id=state.batch_id,
@@ -347,8 +342,8 @@ class Coordinator:
                 causation_id=cause,
                 event=event,
             )
-            appended = await append(
-                self._rt.jetstream, BATCHES, subject, env, expected_last_subject_seq=seq
+            appended = await self._events.append(
+                BATCHES, subject, env, expected_last_subject_seq=seq
             )
             EVENTS_PUBLISHED.labels(stream="batches").inc()
             new_state = self.batches.apply(env, appended.seq)
@@ -361,8 +356,8 @@ class Coordinator:
         if state is not None:
             return state
         topo = self._rt.topology
-        loaded = await load(
-            self._rt.jetstream,
+        loaded = await load_from(
+            self._events,
             topo.stream_name(Context.OPERATIONS),
             topo.operation_subject(session_id, operation_id),
             OPERATIONS,

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from libs.bus import ConcurrencyConflict, Context, Received, append, load, replay
+from libs.bus import ConcurrencyConflict, Context, EventStore, Received, load_from, replay_owned
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.domain import delivery as delivery_domain
 from libs.domain.channel import decide_delivery
 from libs.domain.delivery import DeliveryState
@@ -47,15 +47,23 @@ _MAX_CONFLICTS = 8
 _RETRY_AFTER = timedelta(seconds=1)
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class Gate:
     """The ActivityGate of every session this process serves."""
 
-    def __init__(self, runtime: Runtime, settings: Settings) -> None:
+    def __init__(
+        self,
+        runtime: Runtime,
+        settings: Settings,
+        *,
+        store: EventStore | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        ids: Ids = RANDOM_IDS,
+    ) -> None:
         self._rt = runtime
+        # The broker's store unless one is injected (the in-memory one in fast tests).
+        self._store = store
+        self._clock = clock
+        self._ids = ids
         self._policy = settings.policy
         self._partition = settings.partition
         self.state = GateProjections()
@@ -64,35 +72,27 @@ class Gate:
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
+    @property
+    def _events(self) -> EventStore:
+        return self._store if self._store is not None else self._rt.store
+
     # ------------------------------------------------------------------ start-up
 
     async def hydrate(self) -> None:
         """Rebuild every projection from the streams, then decide everything still open."""
         js = self._rt.jetstream
         topo = self._rt.topology
-
-        interaction = await replay(
-            js, topo.stream_name(Context.INTERACTION), topo.context_filter(Context.INTERACTION),
-            INTERACTION,
-        )
         owns = self._partition.owns
-        for i_item in interaction.items:
-            if owns(i_item.envelope.session_id):
-                self.state.apply_interaction(i_item.envelope, i_item.stream_seq)
-        operations = await replay(
-            js, topo.stream_name(Context.OPERATIONS), topo.context_filter(Context.OPERATIONS),
-            OPERATIONS,
+        await replay_owned(
+            js, topo, Context.INTERACTION, INTERACTION,
+            owns=owns, apply=self.state.apply_interaction,
         )
-        for o_item in operations.items:
-            if owns(o_item.envelope.session_id):
-                self.state.apply_operation(o_item.envelope, o_item.stream_seq)
-        deliveries = await replay(
-            js, topo.stream_name(Context.DELIVERIES), topo.context_filter(Context.DELIVERIES),
-            DELIVERIES,
+        await replay_owned(
+            js, topo, Context.OPERATIONS, OPERATIONS, owns=owns, apply=self.state.apply_operation
         )
-        for d_item in deliveries.items:
-            if owns(d_item.envelope.session_id):
-                self.state.apply_delivery(d_item.envelope, d_item.stream_seq)
+        await replay_owned(
+            js, topo, Context.DELIVERIES, DELIVERIES, owns=owns, apply=self.state.apply_delivery
+        )
         self.hydrated.set()
         sessions = list(self.state.sessions_with_open_deliveries())
         log.info("rebuilt gate state; %d sessions are owed a delivery", len(sessions))
@@ -148,7 +148,7 @@ class Gate:
             if state is None or not state.open:
                 self._disarm(delivery_id)
                 return
-            now = _now()
+            now = self._clock.now()
             outcome = decide_delivery(state, self.state.view(state.session_id), now, self._policy)
             try:
                 await self._append(state, outcome.events, cause)
@@ -174,10 +174,11 @@ class Gate:
         for event in events:
             seq = self.state.deliveries.last_seq.get(state.delivery_id, 0)
             env: Envelope[DeliveryEvent] = delivery_envelope(
-                state, event, event_id=_event_id(), now=_now(), causation_id=cause
+                state, event, event_id=self._ids.new("ev"), now=self._clock.now(),
+                causation_id=cause,
             )
-            appended = await append(
-                self._rt.jetstream, DELIVERIES, subject, env, expected_last_subject_seq=seq
+            appended = await self._events.append(
+                DELIVERIES, subject, env, expected_last_subject_seq=seq
             )
             EVENTS_PUBLISHED.labels(stream="deliveries").inc()
             self.state.apply_delivery(env, appended.seq)
@@ -185,8 +186,8 @@ class Gate:
 
     async def _reload(self, state: DeliveryState) -> None:
         topo = self._rt.topology
-        loaded = await load(
-            self._rt.jetstream,
+        loaded = await load_from(
+            self._events,
             topo.stream_name(Context.DELIVERIES),
             topo.delivery_subject(state.session_id, state.delivery_id),
             DELIVERIES,
@@ -201,7 +202,7 @@ class Gate:
         self._disarm(delivery_id)
         if at is None:
             return
-        delay = max((at - _now()).total_seconds(), 0.0)
+        delay = max((at - self._clock.now()).total_seconds(), 0.0)
         loop = asyncio.get_running_loop()
         self._timers[delivery_id] = loop.call_later(
             delay, self._fire, session_id, delivery_id
@@ -224,8 +225,5 @@ class Gate:
         except Exception:
             # A broker hiccup must not forget the timer: look again shortly.
             log.exception("re-evaluation of session %s failed; retrying", session_id)
-            self._arm(session_id, delivery_id, _now() + _RETRY_AFTER)
+            self._arm(session_id, delivery_id, self._clock.now() + _RETRY_AFTER)
 
-
-def _event_id() -> str:
-    return f"ev-{uuid.uuid4().hex}"

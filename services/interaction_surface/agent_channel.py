@@ -37,7 +37,6 @@ import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from fastapi import WebSocket
@@ -64,8 +63,6 @@ from libs.events import (
     SpeechStopped,
     TurnReplied,
 )
-
-from .auth import new_id
 
 if TYPE_CHECKING:
     from .api import Surface
@@ -95,10 +92,6 @@ class AckRefused(Exception):
         self.status = status
         self.code = code
         self.detail = detail
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass(eq=False)
@@ -202,6 +195,8 @@ class AgentChannel:
     def __init__(self, surface: Surface) -> None:
         self.surface = surface
         self.view = surface.view
+        self._clock = surface.clock
+        self._ids = surface.ids
         self.registry = AgentRegistry()
         self.executor: DeliveryExecutor | None = None
         self.ownership: CallOwnership | None = None
@@ -293,7 +288,7 @@ class AgentChannel:
         seq = await self._exec().append_delivery(state, sent)
         if state.ready_at is not None:
             metrics.DELIVERY_READY_TO_SENT.observe(
-                max((_now() - state.ready_at).total_seconds(), 0.0)
+                max((self._clock.now() - state.ready_at).total_seconds(), 0.0)
             )
         frame = DeliverySayFrame(
             seq=seq,
@@ -398,8 +393,8 @@ class AgentChannel:
         if session is None or connection_id not in session.connections:
             return
         env = Envelope(
-            event_id=new_id("ev"),
-            occurred_at=_now(),
+            event_id=self._ids.new("ev"),
+            occurred_at=self._clock.now(),
             session_id=session_id,
             agent=session.agent,
             event=ChannelDisconnected(channel="agent", connection_id=connection_id, reason=reason),
@@ -592,7 +587,7 @@ class AgentChannel:
             else PlaybackFinished(heard=heard, played_ms=0)
         )
         kind = "started" if heard is None else "finished"
-        env = delivery_envelope(state, event, event_id=new_id("ev"), now=_now())
+        env = delivery_envelope(state, event, event_id=self._ids.new("ev"), now=self._clock.now())
         await self._exec().append_interaction(
             env, f"agent-{kind}-{state.delivery_id}-{state.attempts}"
         )
@@ -600,7 +595,8 @@ class AgentChannel:
     async def _heard_part(self, state: DeliveryState, heard: str) -> None:
         """What the user heard of a cut closing: history keeps those words, not the closing."""
         env = delivery_envelope(
-            state, TurnReplied(text=heard), event_id=new_id("ev"), now=_now(), carries=False
+            state, TurnReplied(text=heard), event_id=self._ids.new("ev"), now=self._clock.now(),
+            carries=False,
         )
         await self._exec().append_interaction(
             env, f"heard-{state.delivery_id}-{state.attempts}"

@@ -16,7 +16,6 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 import httpx
@@ -27,6 +26,7 @@ from pydantic import BaseModel
 
 from libs import metrics
 from libs.bus import ConcurrencyConflict, Context, InvalidSubjectToken, append, token
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.domain import SessionState
 from libs.events import (
     INTERACTION,
@@ -160,10 +160,6 @@ def decode_body(raw: bytes, kind: type[B]) -> B:
         raise ProblemError(400, "Bad request", f"malformed JSON: {exc}") from None
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
 class ProblemOut(BaseModel):
     """RFC 9457 problem details, as every error of this API is answered."""
 
@@ -196,6 +192,9 @@ class Surface:
     settings: Settings
     turns: Turns | None = None
     http: httpx.AsyncClient | None = None
+    # The process's one clock and id factory (libs/clock.py), from the composition root.
+    clock: Clock = SYSTEM_CLOCK
+    ids: Ids = RANDOM_IDS
     limiter: RateLimiter = field(init=False)
 
     def __post_init__(self) -> None:
@@ -247,7 +246,7 @@ class Surface:
         found = self.view.log(session_id)
         if ttl <= 0 or found is None or found.opened_at is None:
             return
-        if (_now() - found.opened_at).total_seconds() > ttl:
+        if (self.clock.now() - found.opened_at).total_seconds() > ttl:
             raise ProblemError(
                 401,
                 "Unauthorized",
@@ -264,8 +263,8 @@ class Surface:
             found = self.view.log(session_id)
             seq = found.session_seq if found is not None else 0
             env: Envelope[InteractionEvent] = Envelope(
-                event_id=new_id("ev"),
-                occurred_at=_now(),
+                event_id=self.ids.new("ev"),
+                occurred_at=self.clock.now(),
                 session_id=session_id,
                 event=event,
                 **ids,

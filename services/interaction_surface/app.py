@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import importlib
 from pathlib import Path
-from typing import Any
 
 import httpx
 from fastapi import FastAPI
@@ -19,8 +18,8 @@ from fastapi.staticfiles import StaticFiles
 
 from libs import metrics
 from libs.admission import Admission, LoadView
-from libs.bus import Context, DurableConsumer, spec_for
-from libs.config import env_str
+from libs.bus import Context
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK
 from libs.events import DELIVERIES
 from libs.models import model_from_env
 from libs.models.interface import ConversationModel
@@ -42,14 +41,14 @@ from .voice import install_voice, start_voice
 STATIC = Path(__file__).parent / "static"
 
 
-def conversation_model() -> ConversationModel:
-    """The model named by `HOLDLINE_MODEL`, after importing `HOLDLINE_MODEL_MODULES`.
+def conversation_model(modules: tuple[str, ...] = ()) -> ConversationModel:
+    """The model named by `HOLDLINE_MODEL`, after importing `modules`
+    (`HOLDLINE_MODEL_MODULES`).
 
     Those modules register extra models (a user's own adapter) with `libs.models.register`.
     """
-    for name in env_str("HOLDLINE_MODEL_MODULES", "").split(","):
-        if name.strip():
-            importlib.import_module(name.strip())
+    for name in modules:
+        importlib.import_module(name)
     return model_from_env()
 
 
@@ -58,31 +57,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
     view = SurfaceView()
     load_view = LoadView()
-    holder: dict[str, Any] = {}
     calls = CallRegistry()
-
-    def deliveries_consumer(rt: Runtime) -> DurableConsumer[Any]:
-        executor = DeliveryExecutor(rt, view, settings, calls)
-        holder["executor"] = executor
-        # The Agent API's channel settles what it pushes through the same executor.
-        executor.agent = agent_api.channel
-        agent_api.channel.executor = executor
-        return DurableConsumer(
-            rt.jetstream,
-            spec_for(
-                rt.topology,
-                Context.DELIVERIES,
-                durable=rt.topology.durable("interaction-surface", "deliveries"),
-                ack_wait_s=settings.bus.ack_wait_s,
-                max_deliver=settings.bus.max_deliver,
-            ),
-            DELIVERIES,
-            executor.on_delivery,
-            topology=rt.topology,
-            source=Context.DELIVERIES,
-            redelivery_backoff_s=settings.bus.redelivery_backoff_s,
-        )
-
+    # The composition root: every part is built here, in dependency order, before start-up;
+    # only what needs the broker connection (admission, turns, tool calls) waits for it.
     runtime = Runtime(
         name="interaction-surface",
         settings=settings.bus,
@@ -93,11 +70,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             Context.BATCHES,
             Context.DELIVERIES,
         ),
-        consumer_factories=(deliveries_consumer,),
     )
-    surface = Surface(runtime=runtime, view=view, settings=settings)
+    surface = Surface(
+        runtime=runtime, view=view, settings=settings, clock=SYSTEM_CLOCK, ids=RANDOM_IDS
+    )
     agent_api = AgentApi(surface)
-    model = conversation_model()
+    # The Agent API's channel settles what it pushes through the same executor, and the
+    # executor pushes handed-over deliveries to that channel: a cycle, closed once here.
+    executor = DeliveryExecutor(runtime, view, settings, calls, agent=agent_api.channel)
+    agent_api.channel.executor = executor
+    runtime.consumer_factories = (
+        runtime.consumes(Context.DELIVERIES, DELIVERIES, executor.on_delivery),
+    )
+    model = conversation_model(settings.model_modules)
     # Before anything starts: a bad tool declaration stops the service (DeclarationError).
     registry = default_registry()
     view.label = registry.label
@@ -124,7 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         )
         agent_api.tool_calls = ToolCalls(surface, admission, registry)
         surface.http = httpx.AsyncClient(base_url=settings.provider_url, timeout=5.0)
-        await start_voice(telephony, surface, lambda: holder.get("executor"))
+        await start_voice(telephony, surface, lambda: executor)
         # Agent connections are owned like calls (same bucket, same owner-lost sweep).
         agent_api.channel.ownership = telephony.ownership
 

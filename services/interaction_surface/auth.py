@@ -9,8 +9,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
-import uuid
 
+from libs.clock import RANDOM_IDS
 from libs.domain import SessionState
 
 
@@ -53,4 +53,4 @@ def api_key_ok(keys: dict[str, str], tenant_id: str, presented: str | None) -> b
 
 def new_id(prefix: str) -> str:
     """A fresh id safe as a subject token."""
-    return f"{prefix}_{uuid.uuid4().hex[:20]}"
+    return RANDOM_IDS.new(prefix)

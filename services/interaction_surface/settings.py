@@ -17,6 +17,8 @@
 - `HOLDLINE_RATE_SESSION` `burst/per_second` (`30/5`) and `HOLDLINE_RATE_TENANT`
   (`1000/100`): token buckets for session writes (turns, activity, handoff) per session
   and per tenant; beyond them 429 problem+json with `Retry-After`; `0` disables one
+- `HOLDLINE_MODEL_MODULES` `module,...` (empty): imported before the model is chosen, so
+  they can register models of their own (`libs.models.register`)
 """
 
 from __future__ import annotations
@@ -80,6 +82,7 @@ class Settings:
     token_ttl_s: float = 86400.0
     rate_session: tuple[float, float] = (30.0, 5.0)
     rate_tenant: tuple[float, float] = (1000.0, 100.0)
+    model_modules: tuple[str, ...] = ()
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -105,4 +108,7 @@ class Settings:
             token_ttl_s=env_float("HOLDLINE_TOKEN_TTL_S", 86400.0),
             rate_session=_rate("HOLDLINE_RATE_SESSION", "30/5"),
             rate_tenant=_rate("HOLDLINE_RATE_TENANT", "1000/100"),
+            model_modules=tuple(
+                n.strip() for n in env_str("HOLDLINE_MODEL_MODULES", "").split(",") if n.strip()
+            ),
         )

@@ -33,7 +33,6 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Annotated, Any
 
 import msgspec
@@ -319,10 +318,6 @@ def _ref(o: Outcome) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------- the request
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 class ToolCalls:

@@ -98,6 +98,8 @@ class DeliveryExecutor:
         view: SurfaceView,
         settings: Settings,
         calls: CallRegistry | None = None,
+        *,
+        agent: AgentChannel | None = None,
     ) -> None:
         self._rt = runtime
         self._view = view
@@ -108,8 +110,8 @@ class DeliveryExecutor:
         # Set once voice starts; without it every call is taken to be alive (one process).
         self.ownership: CallOwnership | None = None
         self._watchers: set[asyncio.Task[None]] = set()
-        # The Agent API's channel (agent_channel.py), set when the surface starts.
-        self.agent: AgentChannel | None = None
+        # The Agent API's channel (agent_channel.py), given by the composition root.
+        self.agent: AgentChannel | None = agent
 
     async def on_delivery(self, received: Received[DeliveryEvent]) -> None:
         """Consumer handler: act on the delivery's current state."""

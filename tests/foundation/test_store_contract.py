@@ -1,0 +1,151 @@
+"""One contract, two event stores: the in-memory port must behave as JetStream does.
+
+Each test runs against `NatsEventStore` on the real broker and against `MemoryEventStore`,
+so the fast shell tests (marked `fast`) exercise the same semantics the services rely on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from libs.bus import (
+    BUCKETS,
+    ClaimConflict,
+    ConcurrencyConflict,
+    Context,
+    EventStore,
+    MemoryEventStore,
+    NatsEventStore,
+    Topology,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+)
+from libs.config import BusSettings
+from libs.events import OPERATIONS, OperationAdmitted
+from tests.support.events import envelope
+
+
+@pytest.fixture(params=["nats", pytest.param("memory", marks=pytest.mark.fast)])
+async def store(
+    request: pytest.FixtureRequest, topology: Topology
+) -> AsyncIterator[EventStore]:
+    if request.param == "memory":
+        yield MemoryEventStore(stream=topology.stream_name(Context.OPERATIONS))
+        return
+    # Only the NATS variant needs the broker: resolve its fixtures lazily.
+    bus_settings: BusSettings = request.getfixturevalue("bus_settings")
+    nc = await connect(bus_settings, name="store-contract")
+    js = nc.jetstream()
+    await ensure_streams(js, topology, bus_settings)
+    await ensure_buckets(js, topology, bus_settings)
+    buckets = {p: await js.key_value(topology.bucket(p)) for p in BUCKETS}
+    try:
+        yield NatsEventStore(js, buckets)
+    finally:
+        for spec in topology.streams():
+            await js.delete_stream(spec.name)
+        for purpose in BUCKETS:
+            await js.delete_key_value(topology.bucket(purpose))
+        await nc.close()
+
+
+def _admitted(op: str, *, event_id: str | None = None) -> Any:
+    ids: dict[str, Any] = {"event_id": event_id} if event_id else {}
+    return envelope(
+        OperationAdmitted(tool="provision_access", arguments={"access": op}, tenant_id="t",
+                          user_id="u"),
+        session_id="s1", operation_id=op, intent_key=f"ik-{op}", batch_id="b1", **ids,
+    )
+
+
+async def test_expected_sequence_guards_the_subject(
+    store: EventStore, topology: Topology
+) -> None:
+    subject = topology.operation_subject("s1", "op1")
+    first = await store.append(OPERATIONS, subject, _admitted("op1"), expected_last_subject_seq=0)
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(OPERATIONS, subject, _admitted("op1"), expected_last_subject_seq=0)
+    second = await store.append(
+        OPERATIONS, subject, _admitted("op1"), expected_last_subject_seq=first.seq
+    )
+    assert second.seq > first.seq
+    assert not second.duplicate
+
+
+async def test_expected_sequence_is_per_subject(store: EventStore, topology: Topology) -> None:
+    a = topology.operation_subject("s1", "opa")
+    b = topology.operation_subject("s1", "opb")
+    on_a = await store.append(OPERATIONS, a, _admitted("opa"), expected_last_subject_seq=0)
+    # Another subject's append does not move this one's last sequence, and vice versa.
+    await store.append(OPERATIONS, b, _admitted("opb"), expected_last_subject_seq=0)
+    after = await store.append(
+        OPERATIONS, a, _admitted("opa"), expected_last_subject_seq=on_a.seq
+    )
+    assert after.seq > on_a.seq
+
+
+async def test_duplicate_message_id_is_absorbed(store: EventStore, topology: Topology) -> None:
+    subject = topology.operation_subject("s1", "op1")
+    env = _admitted("op1")
+    first = await store.append(OPERATIONS, subject, env)
+    again = await store.append(OPERATIONS, subject, env)
+    # The expectation is checked first: a retry whose expectation no longer holds is
+    # refused (the caller reloads), one whose expectation still holds is absorbed.
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(OPERATIONS, subject, env, expected_last_subject_seq=0)
+    retried = await store.append(
+        OPERATIONS, subject, env, expected_last_subject_seq=first.seq
+    )
+    other_id = await store.append(OPERATIONS, subject, env, msg_id="another-id")
+    assert not first.duplicate
+    assert again.duplicate
+    assert again.seq == first.seq
+    assert retried.duplicate
+    assert retried.seq == first.seq
+    assert not other_id.duplicate
+    assert other_id.seq > first.seq
+    stream = topology.stream_name(Context.OPERATIONS)
+    read = await store.read_subject(stream, subject, OPERATIONS)
+    assert [i.stream_seq for i in read.items] == [first.seq, other_id.seq]
+
+
+async def test_read_returns_one_subject_in_order(store: EventStore, topology: Topology) -> None:
+    stream = topology.stream_name(Context.OPERATIONS)
+    mine = topology.operation_subject("s1", "op1")
+    other = topology.operation_subject("s1", "op2")
+    assert (await store.read_subject(stream, mine, OPERATIONS)).items == []
+    ids = []
+    for n in range(3):
+        env = _admitted("op1", event_id=f"ev_mine_{n}")
+        await store.append(OPERATIONS, mine, env)
+        await store.append(OPERATIONS, other, _admitted("op2", event_id=f"ev_other_{n}"))
+        ids.append(env.event_id)
+    read = await store.read_subject(stream, mine, OPERATIONS)
+    assert [i.envelope.event_id for i in read.items] == ids
+    assert all(i.subject == mine for i in read.items)
+    seqs = [i.stream_seq for i in read.items]
+    assert seqs == sorted(seqs)
+    assert read.last_seq == seqs[-1]
+    wildcard = topology.operation_subject("s1", "op1").rsplit(".", 1)[0] + ".*"
+    both = await store.read_subject(stream, wildcard, OPERATIONS)
+    assert len(both.items) == 6
+
+
+async def test_claim_once(store: EventStore) -> None:
+    first = await store.claim_once("intents", "ik-1", b"op-1")
+    again = await store.claim_once("intents", "ik-1", b"op-1")
+    assert first.created
+    assert not again.created
+    assert again.value == b"op-1"
+    assert again.revision == first.revision
+    with pytest.raises(ClaimConflict) as caught:
+        await store.claim_once("intents", "ik-1", b"op-2")
+    assert caught.value.existing == b"op-1"
+    assert await store.read_claim("intents", "ik-1") == b"op-1"
+    assert await store.read_claim("intents", "ik-unknown") is None
+    # Buckets are separate key spaces.
+    assert (await store.claim_once("deliveries", "ik-1", b"other")).created

@@ -1,0 +1,77 @@
+"""The delivery-policy shell (load, decide, append) on the in-memory event store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from libs.bus import MemoryEventStore
+from libs.clock import ManualClock, SequentialIds
+from libs.config import BusSettings
+from libs.domain.channel import GatePolicy
+from libs.events import DELIVERIES, DeliveryDecided, DeliveryReady
+from services.delivery_policy.handlers import Gate
+from services.delivery_policy.settings import SERVICE, Settings
+from tests.support.events import T0, envelope
+
+from .support import offline_runtime, put
+
+pytestmark = pytest.mark.fast
+
+
+def _gate(store: MemoryEventStore, clock: ManualClock) -> Gate:
+    settings = Settings(bus=BusSettings(prefix="fast"), policy=GatePolicy())
+    gate = Gate(offline_runtime(SERVICE), settings, store=store, clock=clock, ids=SequentialIds())
+    gate.hydrated.set()
+    return gate
+
+
+def _ready(delivery_id: str) -> Any:
+    return envelope(
+        DeliveryReady(kind="progress", text="Half way there.", short_text="Half way.",
+                      source_operation_ids=()),
+        session_id="s1", delivery_id=delivery_id,
+    )
+
+
+async def test_a_ready_delivery_is_decided_and_appended_after_it() -> None:
+    store, clock = MemoryEventStore(), ManualClock(at=T0)
+    gate = _gate(store, clock)
+    subject = gate._rt.topology.delivery_subject("s1", "d1")
+    ready = await put(store, DELIVERIES, subject, _ready("d1"))
+
+    await gate.on_delivery(ready)
+
+    stored = (await store.read_subject("deliveries", subject, DELIVERIES)).items
+    assert stored[0].envelope.event_id == ready.envelope.event_id
+    decided = [i.envelope for i in stored if isinstance(i.envelope.event, DeliveryDecided)]
+    assert len(decided) == 1
+    # The injected clock and id factory, not the wall clock and uuid4.
+    assert decided[0].occurred_at == T0
+    assert decided[0].event_id == "ev_1"
+    assert decided[0].causation_id == ready.envelope.event_id
+    await gate.stop()
+
+
+async def test_a_concurrent_writer_makes_the_gate_reload_and_decide_again() -> None:
+    store, clock = MemoryEventStore(), ManualClock(at=T0)
+    gate = _gate(store, clock)
+    subject = gate._rt.topology.delivery_subject("s1", "d1")
+    ready = await put(store, DELIVERIES, subject, _ready("d1"))
+    # The gate folded the ready event; another replica decided the same before this one
+    # appends: the expected sequence (the ready event's) no longer holds.
+    gate.state.apply_delivery(ready.envelope, ready.stream_seq)
+    rival: Any = envelope(
+        DeliveryDecided(decision="deliver_now", reason="channel_idle", mode="proactive"),
+        session_id="s1", delivery_id="d1", event_id="ev_rival",
+    )
+    theirs = await put(store, DELIVERIES, subject, rival)
+
+    await gate.evaluate_session("s1", cause=None)
+
+    stored = (await store.read_subject("deliveries", subject, DELIVERIES)).items
+    # Reloaded, decided again from the rival's decision and found nothing left to append.
+    assert [i.envelope.event_id for i in stored] == [ready.envelope.event_id, "ev_rival"]
+    assert gate.state.deliveries.last_seq["d1"] == theirs.stream_seq
+    await gate.stop()
