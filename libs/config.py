@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
+
+N = TypeVar("N", int, float)
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
@@ -19,26 +23,24 @@ def env_str(name: str, default: str) -> str:
     return value if value else default
 
 
-def env_float(name: str, default: float) -> float:
-    """A float setting with a readable error for a bad value."""
+def _env_number(name: str, default: N, parse: Callable[[str], N], what: str) -> N:
     raw = os.environ.get(name, "")
     if not raw:
         return default
     try:
-        return float(raw)
+        return parse(raw)
     except ValueError as exc:
-        raise ValueError(f"{name} must be a number, got {raw!r}") from exc
+        raise ValueError(f"{name} must be {what}, got {raw!r}") from exc
+
+
+def env_float(name: str, default: float) -> float:
+    """A float setting with a readable error for a bad value."""
+    return _env_number(name, default, float, "a number")
 
 
 def env_int(name: str, default: int) -> int:
     """An integer setting with a readable error for a bad value."""
-    raw = os.environ.get(name, "")
-    if not raw:
-        return default
-    try:
-        return int(raw)
-    except ValueError as exc:
-        raise ValueError(f"{name} must be an integer, got {raw!r}") from exc
+    return _env_number(name, default, int, "an integer")
 
 
 def env_bool(name: str, *, default: bool) -> bool:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
 import msgspec
 
+from ._closing import AsyncClosing
 from .models import (
     AckResult,
     AckStatus,
@@ -40,7 +40,7 @@ def _error(response: httpx.Response) -> HoldlineError:
     )
 
 
-class HoldlineClient:
+class HoldlineClient(AsyncClosing):
     """An async client for one holdline interaction surface (`async with` closes it)."""
 
     def __init__(
@@ -56,17 +56,6 @@ class HoldlineClient:
         self._http = httpx.AsyncClient(
             base_url=self.base_url, timeout=timeout_s, headers=headers, transport=transport
         )
-
-    async def __aenter__(self) -> HoldlineClient:
-        return self
-
-    async def __aexit__(
-        self,
-        _type: type[BaseException] | None,
-        _value: BaseException | None,
-        _tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the HTTP connection pool."""

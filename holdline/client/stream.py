@@ -17,13 +17,13 @@ import json
 import logging
 import random
 from collections.abc import AsyncIterator
-from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import msgspec
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
+from ._closing import AsyncClosing
 from .models import AckResult, AckStatus, DeliverySay, HoldlineError, ack_body, signal_body
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ _FATAL_CLOSE = frozenset({4401, 4403, 4404, 4409})
 _FINAL = frozenset({"spoken", "attached"})
 
 
-class AgentStream:
+class AgentStream(AsyncClosing):
     """`async for say in stream` yields each `DeliverySay` once; `ack`/`signal` report back."""
 
     def __init__(
@@ -86,14 +86,6 @@ class AgentStream:
                 503, "unavailable", "the agent stream could not connect"
             )
         return self
-
-    async def __aexit__(
-        self,
-        _type: type[BaseException] | None,
-        _value: BaseException | None,
-        _tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         """Close the channel; the server then returns anything unacknowledged to pending."""

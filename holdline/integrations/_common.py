@@ -1,5 +1,6 @@
-"""What the three adapters share: tool definitions read once, facts phrased for a model,
-and the words of a cut utterance that were heard. Framework-free, client-only."""
+"""What the three adapters share: tool definitions read once, a model's call admitted,
+facts phrased for a model, and the words of a cut utterance that were heard. Framework-free,
+client-only."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from holdline.client import Fact, HoldlineError, PendingDelivery, SessionClient
+from holdline.client import Fact, HoldlineError, PendingDelivery, SessionClient, ToolCall
 
 log = logging.getLogger("holdline.integrations")
 
@@ -36,6 +37,21 @@ def tool_specs(definitions: Sequence[dict[str, Any]]) -> list[ToolSpec]:
         parameters = body.get("parameters") or {"type": "object", "properties": {}}
         specs.append(ToolSpec(str(body["name"]), str(body.get("description", "")), parameters))
     return specs
+
+
+async def agent_tools(session: SessionClient) -> list[ToolSpec]:
+    """The tools the session's active agent may call, as specs to register with a framework."""
+    return tool_specs(await session.tools(format="openai"))
+
+
+async def call_tool(session: SessionClient, call: ToolCall, user_text: str | None = None) -> str:
+    """One call the framework's model made, admitted by holdline: the call's output, or why
+    nothing started (returned, not raised, so the model hears it)."""
+    try:
+        response = await session.tool_calls([call], user_text=user_text)
+    except HoldlineError as error:
+        return refused_output(error)
+    return response.results[0].output
 
 
 def facts_prompt(text: str, facts: Sequence[Fact]) -> str:

@@ -34,7 +34,6 @@ from holdline.client import (
     AckStatus,
     AgentStream,
     DeliverySay,
-    HoldlineError,
     SessionClient,
     ToolCall,
 )
@@ -44,10 +43,10 @@ from ._common import (
     SignalPump,
     SpeakMode,
     ToolSpec,
+    agent_tools,
+    call_tool,
     facts_prompt,
     log,
-    refused_output,
-    tool_specs,
 )
 
 __all__ = ["HoldlineLiveKit"]
@@ -73,7 +72,7 @@ class HoldlineLiveKit:
 
     async def tools(self) -> list[RawFunctionTool[Any, Any]]:
         """The active holdline agent's tools as LiveKit function tools."""
-        return [self._tool(spec) for spec in tool_specs(await self.session.tools(format="openai"))]
+        return [self._tool(spec) for spec in await agent_tools(self.session)]
 
     def _tool(self, spec: ToolSpec) -> RawFunctionTool[Any, Any]:
         async def call(raw_arguments: dict[str, object], context: RunContext[Any]) -> str:
@@ -88,11 +87,7 @@ class HoldlineLiveKit:
         call = ToolCall(
             tool_call_id=context.function_call.call_id, name=name, arguments=dict(arguments)
         )
-        try:
-            response = await self.session.tool_calls([call], user_text=_last_user_text(context))
-        except HoldlineError as error:
-            return refused_output(error)
-        return response.results[0].output
+        return await call_tool(self.session, call, _last_user_text(context))
 
     async def start(self, agent_session: AgentSession[Any]) -> None:
         """Listen to the session's clocks and say holdline's deliveries when it is idle."""

@@ -21,9 +21,9 @@ from typing import Any
 from agents import Agent, FunctionTool, Runner, RunResult, TResponseInputItem
 from agents.tool_context import ToolContext
 
-from holdline.client import HoldlineError, PendingUpdates, SessionClient, ToolCall
+from holdline.client import PendingUpdates, SessionClient, ToolCall
 
-from ._common import ToolSpec, pending_context, refused_output, tool_specs
+from ._common import ToolSpec, agent_tools, call_tool, pending_context
 
 __all__ = ["HoldlineAgents"]
 
@@ -37,19 +37,14 @@ class HoldlineAgents:
 
     async def tools(self) -> list[FunctionTool]:
         """The active holdline agent's tools as `FunctionTool`s."""
-        return [self._tool(spec) for spec in tool_specs(await self.session.tools(format="openai"))]
+        return [self._tool(spec) for spec in await agent_tools(self.session)]
 
     def _tool(self, spec: ToolSpec) -> FunctionTool:
         async def invoke(context: ToolContext[Any], arguments: str) -> str:
             call = ToolCall(
                 tool_call_id=context.tool_call_id, name=spec.name, arguments=arguments or "{}"
             )
-            try:
-                response = await self.session.tool_calls([call])
-            except HoldlineError as error:
-                # Returned, not raised: the model hears that nothing started, and why.
-                return refused_output(error)
-            return response.results[0].output
+            return await call_tool(self.session, call)
 
         # holdline validates the arguments against its own schema (and says why it refuses);
         # the SDK's strict mode would rewrite that schema, so it stays as declared.

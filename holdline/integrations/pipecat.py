@@ -59,7 +59,6 @@ from holdline.client import (
     AckStatus,
     AgentStream,
     DeliverySay,
-    HoldlineError,
     SessionClient,
     ToolCall,
 )
@@ -68,10 +67,10 @@ from ._common import (
     Outbox,
     SignalPump,
     SpeakMode,
+    agent_tools,
+    call_tool,
     facts_prompt,
     heard_prefix,
-    refused_output,
-    tool_specs,
 )
 
 __all__ = ["HoldlineProcessor", "HoldlineTwilioSerializer", "SpeakMode"]
@@ -154,7 +153,7 @@ class HoldlineProcessor(FrameProcessor):
         """Register every tool the session's agent may call; return their schemas for the
         `LLMContext`, so the model sees holdline's own."""
         schemas: list[FunctionSchema] = []
-        for spec in tool_specs(await self._session.tools(format="openai")):
+        for spec in await agent_tools(self._session):
             llm.register_function(spec.name, self._call_tool, cancel_on_interruption=False)
             schemas.append(FunctionSchema(
                 name=spec.name,
@@ -170,12 +169,9 @@ class HoldlineProcessor(FrameProcessor):
             name=params.function_name,
             arguments=dict(params.arguments),
         )
-        try:
-            response = await self._session.tool_calls([call], user_text=self._last_user_text)
-            output = response.results[0].output
-        except HoldlineError as error:
-            output = refused_output(error)
-        await params.result_callback(output)
+        await params.result_callback(
+            await call_tool(self._session, call, self._last_user_text)
+        )
 
     # -- frames ---------------------------------------------------------------------------
 

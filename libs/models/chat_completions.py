@@ -34,25 +34,23 @@ import httpx
 
 from libs.config import env_float, env_int, env_str
 
+from .adapter import HttpModelAdapter
 from .functions import (
     FunctionCall,
-    failure_prompt,
     honest_reply,
     instructions,
     offered_functions,
     turn_context,
 )
 from .interface import (
-    AdmissionNote,
     ChatMessage,
     ModelError,
-    Outcome,
     ToolSpec,
     TurnReply,
     TurnRequest,
 )
-from .phrasing import acceptance_message, reply_language
-from .streaming import DONE, ModelEndpoint, RetryPolicy, sse_events
+from .phrasing import reply_language
+from .streaming import DONE, RetryPolicy, sse_events
 
 log = logging.getLogger(__name__)
 
@@ -212,7 +210,7 @@ async def read_chunks(response: httpx.Response) -> StreamedChat:
     return result
 
 
-class ChatCompletionsModel:
+class ChatCompletionsModel(HttpModelAdapter):
     """A conversation model behind any OpenAI-compatible Chat Completions endpoint."""
 
     name = VENDOR
@@ -227,13 +225,9 @@ class ChatCompletionsModel:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.timeout_s = timeout_s
-        self.retry = retry or RetryPolicy()
-        self._endpoint = ModelEndpoint(
-            base_url=self.base_url, api_key=api_key, timeout_s=timeout_s, retry=self.retry,
-            vendor=VENDOR, transport=transport,
+        super().__init__(
+            base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s, retry=retry,
+            transport=transport,
         )
 
     @classmethod
@@ -254,10 +248,6 @@ class ChatCompletionsModel:
             retry=RetryPolicy(max_retries=env_int("HOLDLINE_MODEL_MAX_RETRIES", 2)),
         )
 
-    async def aclose(self) -> None:
-        """Close the HTTP connections."""
-        await self._endpoint.aclose()
-
     async def _stream(self, body: dict[str, Any], deadline: float | None) -> StreamedChat:
         return await self._endpoint.stream("/chat/completions", body, read_chunks, deadline)
 
@@ -269,16 +259,8 @@ class ChatCompletionsModel:
             dropped=streamed.dropped,
         )
 
-    async def accept(
-        self, request: TurnRequest, reply: TurnReply, notes: Sequence[AdmissionNote]
-    ) -> str:
-        """Template acceptance in the turn's language: deterministic, never a claim."""
-        return acceptance_message(request, reply, notes)
-
-    async def explain_failures(self, outcomes: Sequence[Outcome], *, language: str) -> str:
-        """A short closing with what worked, what failed and why, and an alternative."""
-        system, user = failure_prompt(outcomes, language)
-        body = {
+    def _failure_body(self, system: str, user: str) -> dict[str, Any]:
+        return {
             "model": self.model,
             "messages": [
                 {"role": "system", "content": system},
@@ -286,7 +268,3 @@ class ChatCompletionsModel:
             ],
             "stream": True,
         }
-        text = (await self._stream(body, None)).text.strip()
-        if not text:
-            raise ModelError(f"{VENDOR}: empty failure explanation")
-        return text

@@ -7,8 +7,8 @@ deltas (`response.output_text.delta`), finished items (`response.output_item.don
 calls; the extra functions `cancel_<tool>`, `confirm_operation` and `undo_operation` become
 explicit cancels, yes/no answers and undos. A call the application cannot use (bad JSON,
 unknown function, unknown operation) is dropped with its reason, never admitted. What the
-adapters share (functions, prompt, honesty rules) is in `functions`; retries within the
-turn's budget in `streaming`.
+adapters share (functions, prompt, honesty rules) is in `functions`, the endpoint, acceptance
+and failure explanation in `adapter`; retries within the turn's budget in `streaming`.
 
 Environment: `OPENAI_API_KEY` (required), `OPENAI_BASE_URL` (https://api.openai.com/v1),
 `OPENAI_MODEL` (gpt-4.1-mini), `OPENAI_TIMEOUT_S` (20, for the whole streamed answer,
@@ -26,24 +26,22 @@ import httpx
 
 from libs.config import env_float, env_int, env_str
 
+from .adapter import HttpModelAdapter
 from .functions import (
     FunctionCall,
-    failure_prompt,
     honest_reply,
     instructions,
     offered_functions,
     turn_context,
 )
 from .interface import (
-    AdmissionNote,
     ModelError,
-    Outcome,
     ToolSpec,
     TurnReply,
     TurnRequest,
 )
-from .phrasing import acceptance_message, reply_language
-from .streaming import ModelEndpoint, RetryPolicy, sse_events
+from .phrasing import reply_language
+from .streaming import RetryPolicy, sse_events
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +173,7 @@ async def read_stream(response: httpx.Response) -> StreamedResponse:
     raise ModelError("openai: the stream ended before response.completed")
 
 
-class OpenAIResponsesModel:
+class OpenAIResponsesModel(HttpModelAdapter):
     """A conversation model backed by the OpenAI Responses API."""
 
     name = "openai"
@@ -190,13 +188,9 @@ class OpenAIResponsesModel:
         retry: RetryPolicy | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        self.model = model
-        self.base_url = base_url.rstrip("/")
-        self.timeout_s = timeout_s
-        self.retry = retry or RetryPolicy()
-        self._endpoint = ModelEndpoint(
-            base_url=self.base_url, api_key=api_key, timeout_s=timeout_s, retry=self.retry,
-            vendor=VENDOR, transport=transport,
+        super().__init__(
+            base_url=base_url, model=model, api_key=api_key, timeout_s=timeout_s, retry=retry,
+            transport=transport,
         )
 
     @classmethod
@@ -213,10 +207,6 @@ class OpenAIResponsesModel:
             retry=RetryPolicy(max_retries=env_int("HOLDLINE_MODEL_MAX_RETRIES", 2)),
         )
 
-    async def aclose(self) -> None:
-        """Close the HTTP connections."""
-        await self._endpoint.aclose()
-
     async def _stream(self, body: dict[str, Any], deadline: float | None) -> StreamedResponse:
         return await self._endpoint.stream("/responses", body, read_stream, deadline)
 
@@ -225,22 +215,10 @@ class OpenAIResponsesModel:
         streamed = await self._stream(request_body(request, self.model), request.deadline)
         return honest_reply(request, streamed.text, streamed.function_calls, vendor=VENDOR)
 
-    async def accept(
-        self, request: TurnRequest, reply: TurnReply, notes: Sequence[AdmissionNote]
-    ) -> str:
-        """Template acceptance in the turn's language: deterministic, never a claim."""
-        return acceptance_message(request, reply, notes)
-
-    async def explain_failures(self, outcomes: Sequence[Outcome], *, language: str) -> str:
-        """A short closing with what worked, what failed and why, and an alternative."""
-        system, user = failure_prompt(outcomes, language)
-        body = {
+    def _failure_body(self, system: str, user: str) -> dict[str, Any]:
+        return {
             "model": self.model,
             "input": [{"role": "system", "content": system}, {"role": "user", "content": user}],
             "stream": True,
             "store": False,
         }
-        text = (await self._stream(body, None)).text.strip()
-        if not text:
-            raise ModelError("openai: empty failure explanation")
-        return text

@@ -124,11 +124,14 @@ class Route:
     read_only: bool = False
 
 
-def _body(call: OperationCall, **fields: Any) -> dict[str, Any]:
+def _body(call: OperationCall, *copied: str, **fields: Any) -> dict[str, Any]:
+    """The request body: who and which operation, the arguments named in `copied` as they
+    are, then `fields`."""
     return {
         "tenant_id": call.tenant_id,
         "user_id": call.user_id,
         "reference": call.reference,
+        **{name: call.arguments[name] for name in copied},
         **fields,
     }
 
@@ -142,14 +145,7 @@ def _revoke(call: OperationCall) -> tuple[str, str, dict[str, Any] | None]:
 
 
 def _booking(call: OperationCall) -> tuple[str, str, dict[str, Any] | None]:
-    a = call.arguments
-    fields = {
-        "restaurant": a["restaurant"],
-        "date": a["date"],
-        "time": a["time"],
-        "party_size": a["party_size"],
-    }
-    return "POST", "/v1/bookings", _body(call, **fields)
+    return "POST", "/v1/bookings", _body(call, "restaurant", "date", "time", "party_size")
 
 
 def _cancel_booking(call: OperationCall) -> tuple[str, str, dict[str, Any] | None]:
@@ -157,14 +153,8 @@ def _cancel_booking(call: OperationCall) -> tuple[str, str, dict[str, Any] | Non
 
 
 def _transfer(call: OperationCall) -> tuple[str, str, dict[str, Any] | None]:
-    a = call.arguments
-    fields = {
-        "from_account": a["from_account"],
-        "to_account": a["to_account"],
-        "amount_cents": a["amount_cents"],
-        "currency": a["currency"],
-    }
-    return "POST", "/v1/transfers", _body(call, **fields)
+    copied = ("from_account", "to_account", "amount_cents", "currency")
+    return "POST", "/v1/transfers", _body(call, *copied)
 
 
 def _availability(call: OperationCall) -> tuple[str, str, dict[str, Any] | None]:

@@ -14,13 +14,11 @@ make is checked against the official SDK's `ChatCompletionChunk`.
 from __future__ import annotations
 
 import json
-import threading
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
+from .fake_server import FakeServer, ScriptedHandler
 from .sdk_shapes import chat_chunk
 
 Chunk = dict[str, Any]
@@ -56,94 +54,35 @@ class Script:
     done: bool = True
 
 
-class FakeChatCompletions:
+class FakeChatCompletions(FakeServer[Script]):
     """The server, its received requests and the script of its answers."""
 
     def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.times: list[float] = []
-        self.script = Script()
-        self.queue: list[Script] = []
-        self._server = _QuietServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.fake = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    @property
-    def last_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = self.requests[-1]["body"]
-        return body
-
-    def next_script(self) -> Script:
-        return self.queue.pop(0) if self.queue else self.script
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(Script(), _Handler)
 
 
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return  # a client that went away mid-answer is what some tests do on purpose
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ScriptedHandler):
     protocol_version = "HTTP/1.1"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        return
+    path_served = "/v1/chat/completions"
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
-    def do_POST(self) -> None:
-        fake: FakeChatCompletions = self.server.fake  # type: ignore[attr-defined]
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length) or b"{}")
-        fake.times.append(time.monotonic())
-        fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-        script = fake.next_script()
-        try:
-            if script.drop or self.path != "/v1/chat/completions":
+    def stream(self, fake: FakeChatCompletions, script: Script) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream; charset=utf-8")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for sent, chunk in enumerate(script.chunks):
+            if script.cut_after is not None and sent >= script.cut_after:
                 self.close_connection = True
-                return
-            if script.status != 200:
-                payload = script.error_body.encode()
-                self.send_response(script.status)
-                for name, value in script.headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream; charset=utf-8")
-            self.send_header("Cache-Control", "no-cache")
-            self.send_header("Transfer-Encoding", "chunked")
-            self.end_headers()
-            for sent, chunk in enumerate(script.chunks):
-                if script.cut_after is not None and sent >= script.cut_after:
-                    self.close_connection = True
-                    return  # no terminating chunk: the body is cut
-                self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
-            if script.done:
-                self._chunk(b"data: [DONE]\n\n")
-            self._chunk(b"")
-        except OSError:
-            return
+                return  # no terminating chunk: the body is cut
+            self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+        if script.done:
+            self._chunk(b"data: [DONE]\n\n")
+        self._chunk(b"")
 
 
 # -- chunk builders -------------------------------------------------------------------------
@@ -200,12 +139,3 @@ def completion(
     reason = finish or ("stop" if flavour == "ollama" or not calls else "tool_calls")
     chunks.append(_chunk({"delta": {}, "finish_reason": reason}, flavour))
     return chunks
-
-
-def running(fake: FakeChatCompletions) -> Iterator[FakeChatCompletions]:
-    """Start the fake for a fixture and stop it afterwards."""
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()

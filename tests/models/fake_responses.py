@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import json
 import threading
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from .fake_server import FakeServer, ScriptedHandler
 from .sdk_shapes import response_event
 
 Event = dict[str, Any]
@@ -34,87 +32,32 @@ class Script:
     drop: bool = False
 
 
-class FakeResponses:
+class FakeResponses(FakeServer[Script]):
     """The server, its received requests and the script of its answers."""
 
     def __init__(self) -> None:
-        self.requests: list[dict[str, Any]] = []
-        self.script = Script()
-        # Answers for the next requests, in order, before `script` answers the rest.
-        self.queue: list[Script] = []
-        self.times: list[float] = []
+        super().__init__(Script(), _Handler)
         self.release = threading.Event()
-        self._server = _QuietServer(("127.0.0.1", 0), _Handler)
-        self._server.daemon_threads = True
-        self._server.fake = self  # type: ignore[attr-defined]
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True
-        )
-
-    @property
-    def base_url(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    @property
-    def last_body(self) -> dict[str, Any]:
-        body: dict[str, Any] = self.requests[-1]["body"]
-        return body
-
-    def start(self) -> None:
-        self._thread.start()
 
     def stop(self) -> None:
         self.release.set()
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().stop()
 
 
-class _QuietServer(ThreadingHTTPServer):
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        return  # a client that went away mid-answer is what some tests do on purpose
-
-
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(ScriptedHandler):
     # HTTP/1.0: the streamed body ends when the connection closes, like a proxy would do.
     protocol_version = "HTTP/1.0"
 
-    def log_message(self, format: str, *args: Any) -> None:
-        return
-
-    def do_POST(self) -> None:
-        fake: FakeResponses = self.server.fake  # type: ignore[attr-defined]
-        length = int(self.headers.get("Content-Length") or 0)
-        body = json.loads(self.rfile.read(length) or b"{}")
-        fake.times.append(time.monotonic())
-        fake.requests.append({"path": self.path, "headers": dict(self.headers), "body": body})
-        script = fake.queue.pop(0) if fake.queue else fake.script
-        try:
-            if script.drop:
-                self.close_connection = True
-                return
-            if script.status != 200:
-                payload = script.error_body.encode()
-                self.send_response(script.status)
-                for name, value in script.headers.items():
-                    self.send_header(name, value)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-                return
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Cache-Control", "no-cache")
-            self.end_headers()
-            for event in script.events:
-                self.wfile.write(sse(event))
-                self.wfile.flush()
-            if script.hang:
-                fake.release.wait(timeout=10)
-        except OSError:
-            return  # the client went away (a timeout test)
+    def stream(self, fake: FakeResponses, script: Script) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.end_headers()
+        for event in script.events:
+            self.wfile.write(sse(event))
+            self.wfile.flush()
+        if script.hang:
+            fake.release.wait(timeout=10)
 
 
 def sse(event: Event) -> bytes:
@@ -242,12 +185,3 @@ def function_call(
             "item": {**item, "arguments": raw, "status": "completed"},
         },
     ]
-
-
-def running(fake: FakeResponses) -> Iterator[FakeResponses]:
-    """Start the fake for a fixture and stop it afterwards."""
-    fake.start()
-    try:
-        yield fake
-    finally:
-        fake.stop()

@@ -21,8 +21,8 @@ from tests.models.fake_chat_completions import (
     Flavour,
     Script,
     completion,
-    running,
 )
+from tests.models.fake_server import running
 from tests.models.support import BOOKING, LIVE, TRANSFER, calls_of, turn
 from tests.support.processes import Broker
 from tests.surface.stack import SurfaceStack, effects, eventually, open_chat, running_stack

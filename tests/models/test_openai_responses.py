@@ -30,8 +30,8 @@ from tests.models.fake_responses import (
     message,
     response_object,
     response_stream,
-    running,
 )
+from tests.models.fake_server import running
 from tests.models.support import BOOKING, JIRA, LIVE, TRANSFER, calls_of, turn
 
 CLAIMS = re.compile(r"\b(done|completed?|finished|booked|granted|sent)\b", re.IGNORECASE)
