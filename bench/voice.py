@@ -254,8 +254,10 @@ async def _stream(
 
 async def _trial(
     config: VadConfig, agent_audio: bytes, caller: bytes, lead_ms: int
-) -> tuple[float, float]:
-    """(first voiced frame → agent audio stopped being sent, → clear), seconds."""
+) -> tuple[float, float, int]:
+    """(first voiced frame → agent audio stopped being sent, → clear), seconds, and the
+    audio it took: 20 ms frames from the first voiced one to the one whose handling sent
+    `clear`, both included (independent of the machine's load)."""
     call, fake = await _call(config, agent_audio)
     speaking = asyncio.create_task(call.say("agent talking", "p1"))
     await asyncio.sleep(0.01)
@@ -270,7 +272,8 @@ async def _trial(
     if fake.cleared_at is None:
         raise RuntimeError("no clear for real speech")
     stopped = min(held[0], fake.cleared_at) if held else fake.cleared_at
-    return stopped - handed[first], fake.cleared_at - handed[first]
+    decided = max(i for i, at in enumerate(handed) if at <= fake.cleared_at)
+    return stopped - handed[first], fake.cleared_at - handed[first], decided - first + 1
 
 
 async def _stimulus_trial(
@@ -475,6 +478,18 @@ async def stimulus_series(
     return out
 
 
+def _frame_counts(frames: list[int]) -> dict[str, Any]:
+    ordered = sorted(frames)
+
+    def at(q: float) -> int:
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    return {
+        "p50": at(0.5), "p95": at(0.95), "p99": at(0.99), "max": ordered[-1],
+        "histogram": {str(n): ordered.count(n) for n in sorted(set(ordered))},
+    }
+
+
 async def run(trials: int, blips: int, stop_trials: int, stimulus_trials: int) -> dict[str, Any]:
     tts = EspeakTts()
     agent_audio = await synthesize(
@@ -512,9 +527,11 @@ async def run(trials: int, blips: int, stop_trials: int, stimulus_trials: int) -
             },
             "trials": trials,
             # First voiced frame -> clear sent (the line flushed).
-            "barge_in_ms": percentiles_ms([clear for _, clear in measured]),
+            "barge_in_ms": percentiles_ms([clear for _, clear, _ in measured]),
+            # The same in audio: 20 ms frames heard, first voiced one to the deciding one.
+            "barge_in_audio_frames": _frame_counts([frames for _, _, frames in measured]),
             # First voiced frame -> the agent's audio stopped being sent (hold or clear).
-            "stop_sending_ms": percentiles_ms([stop for stop, _ in measured]),
+            "stop_sending_ms": percentiles_ms([stop for stop, _, _ in measured]),
             "blip_trials_by_ms": {str(ms): n for ms, n in tried.items()},
             # Voiced bursts cut from real speech: how many of them interrupted the agent.
             "barge_ins_by_blip_ms": {str(ms): n for ms, n in false_starts.items()},
@@ -551,7 +568,9 @@ def main() -> None:
         "load_average_at_start": [round(x, 2) for x in load],
         "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
         "measure": "first voiced inbound frame handed to the call handler -> clear sent "
-        "(barge_in_ms); -> the agent's audio stopped being sent (stop_sending_ms)",
+        "(barge_in_ms); -> the agent's audio stopped being sent (stop_sending_ms); "
+        "barge_in_audio_frames: 20 ms frames of caller audio from the first voiced one to "
+        "the one whose handling sent clear, both included (load-independent)",
         "target": "barge-in p99 <= 90 ms on real speech; 0 false cuts on cough, knock, "
         "breath, hiss at speech level; background talk 14 dB below neither cuts nor "
         "becomes a turn; a false alarm's gap <= 250 ms with the agent's audio intact",
