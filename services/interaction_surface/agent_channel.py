@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from .api import Surface
     from .deliveries import DeliveryExecutor
     from .projections import Entry
-    from .telephony import CallOwnership
+    from .voice.ownership import CallOwnership
 
 log = logging.getLogger(__name__)
 

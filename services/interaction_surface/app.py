@@ -34,10 +34,10 @@ from .api import BODIES, Surface, install
 from .deliveries import DeliveryExecutor
 from .projections import SurfaceView
 from .settings import Settings
-from .telephony import CallRegistry
 from .tool_calls import ToolCalls
 from .turns import Turns
-from .voice import install_voice, start_voice
+from .voice.call import CallRegistry
+from .voice.wiring import install_voice, start_voice
 
 STATIC = Path(__file__).parent / "static"
 

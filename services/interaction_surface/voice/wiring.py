@@ -17,35 +17,25 @@ from libs.domain import SessionState
 from libs.domain.operation import OpStatus
 from libs.events import InteractionEvent
 
-from .api import Surface
-from .auth import new_id
-from .deliveries import DeliveryExecutor
+from ..api import Surface
+from ..auth import new_id
+from ..deliveries import DeliveryExecutor
+from ..turns import TurnInput
+from .call import Call, CallRegistry, Review, SpeechPorts
+from .engines.base import SpeechError, SpeechToText, TextToSpeech, synthesize
+from .engines.pocketsphinx import PocketsphinxStt
+from .engines.registry import register_stt, stt_from_env, tts_from_env
 from .floor import FloorConfig
+from .ownership import CallOwnership
 from .playback import Settled
-from .speech import (
-    SpeechError,
-    SpeechToText,
-    TextToSpeech,
-    register_stt,
-    stt_from_env,
-    synthesize,
-    tts_from_env,
-)
-from .stt import PocketsphinxStt
-from .telephony import (
-    Call,
-    CallOwnership,
-    CallRegistry,
-    Review,
-    SpeechPorts,
+from .trust import CLAIM_MARGIN_S
+from .twilio import (
     Telephony,
     append_control,
     build_telephony_router,
     opened_session_event,
     telephony_settings,
 )
-from .turns import TurnInput
-from .twilio_trust import CLAIM_MARGIN_S
 from .vad import VadConfig, load_silero
 
 log = logging.getLogger(__name__)

@@ -34,9 +34,9 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from libs.config import env_float, env_int, env_str
 
-from .codec import RATE, pcm16_to_ulaw
-from .floor import Word
-from .speech import SpeechError
+from ..codec import RATE, pcm16_to_ulaw
+from ..floor import Word
+from .base import SpeechError
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,6 @@
+"""The voice channel: Twilio media streams, the call shell, floor decisions, speech engines.
+
+Pure modules (no I/O): codec.py, floor.py, playback.py, dtmf.py, trust.py; the VAD (vad.py)
+runs models but decides nothing about the conversation. Shells: call.py (one call),
+twilio.py (routes, frames, the stream loop), ownership.py (the hl_calls KV), wiring.py.
+"""
