@@ -34,8 +34,8 @@ doubtful words wait for the caller's yes (`_reviewer`, `_answer_doubt`).
 
 Long (about 600 lines) because one call is one state machine (inbound audio, playout,
 barge-in, resumes, DTMF, turns) whose parts share its state and its tasks; the decisions
-are pure code in `vad`, `playback`, `floor` and `dtmf`, and what remains here is waiting,
-sending and recording.
+are pure code in `vad`, `playback`, `floor`, `turn_taking` and `dtmf`, and what remains
+here is waiting, sending and recording.
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ from libs.events import (
     SpeechStopped,
 )
 
+from . import dtmf
+from . import turn_taking as tt
 from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_ms, ulaw_to_pcm16
 from .engines.base import (
     Recognizer,
@@ -79,8 +81,8 @@ from .engines.base import (
     heard_words,
     known_values,
 )
-from .floor import FloorConfig, Word, answer_of, doubtful_values, is_backchannel, question
-from .playback import PlaybackLedger, Settled, carried_heard, unheard_rest
+from .floor import FloorConfig, Word, doubtful_values, question
+from .playback import PlaybackLedger, Settled, carried_heard
 from .vad import VadConfig, VadEvent, VoiceActivity
 
 log = logging.getLogger(__name__)
@@ -88,14 +90,12 @@ log = logging.getLogger(__name__)
 FRAMES_REJECTED = metrics.TELEPHONY_FRAMES_REJECTED
 CALLS = metrics.TELEPHONY_CALLS
 
+# Outbound media message size: 40 ms of μ-law, so paced sending stops within 40 ms.
 _MEDIA_BYTES = 320
 _WALL_FRAMES = 256
 # Speech is confirmed up to the VAD's confirm window after its first voiced frame: the
 # recognizer still gets the first syllable.
 _PREROLL_FRAMES = 25
-# A resumed rest that is cut and proves false again resumes at most this many times.
-_MAX_RESUMES = 2
-_RESUME = ".resume"
 # Said when the caller answers "no" to "did you say ...?".
 _NOT_DONE = "Okay, I have not done anything. Please say it again, or press the keys."
 # Looks at a voice turn's proposed calls before admission (see `floor.doubtful_values`).
@@ -253,56 +253,84 @@ class Call:
         return time.perf_counter()
 
     async def _on_vad(self, event: VadEvent) -> None:
+        """The VAD's verdict: the rules in `turn_taking` decide, this carries them out."""
         if event.kind == "suspected":
-            if self.ledger.active and self._flowing.is_set():
-                self._flowing.clear()
-                self.held_since = self._wall_of(event.first_voiced_ms + 20)
+            actions = tt.on_suspected(playing=self.ledger.active, flowing=self._flowing.is_set())
+            voiced_wall = self._wall_of(event.first_voiced_ms + 20)
+        elif event.kind == "rejected":
+            actions = tt.on_rejected(flowing=self._flowing.is_set())
+            voiced_wall = 0.0
+        elif event.kind == "started":
+            actions = tt.on_started(
+                playing=self.ledger.active,
+                replying=self._turn_task is not None,
+                verdict_pending=self._verdict is not None,
+                recognizing=self.ports.stt is not None,
+            )
+            voiced_wall = self._wall_of(event.first_voiced_ms + 20)
+        else:
+            self.interaction(SpeechStopped(stream_ms=event.at_ms))
+            await self._on_ended()
             return
-        if event.kind == "rejected":
-            if not self._flowing.is_set():
-                self.false_alarms += 1
-                self._release()
-            return
+        for action in actions:
+            await self._apply(action, voiced_wall)
         if event.kind == "started":
-            if self._verdict is not None:
-                # More speech before the window ended: its own end decides.
-                self._verdict.cancel()
-                self._verdict = None
-            if self.ledger.active or self._turn_task is not None:
-                await self.barge_in(self._wall_of(event.first_voiced_ms + 20))
-            self._release()
-            if self.ports.stt is not None:
-                self._recognizer = self.ports.stt.session()
-                for earlier in self._preroll:
-                    self._recognizer.feed(earlier)
             self.interaction(SpeechStarted(stream_ms=event.first_voiced_ms))
-            return
-        self.interaction(SpeechStopped(stream_ms=event.at_ms))
+
+    async def _on_ended(self) -> None:
         recognizer, self._recognizer = self._recognizer, None
         text = (await final_text(recognizer)).strip() if recognizer is not None else ""
         words = heard_words(recognizer, text) if recognizer is not None else []
-        floor = self.ports.floor
-        if (self._suspended or self._cancelled_turns) and is_backchannel(text, floor):
-            # "Mm-hmm" over the agent: an acknowledgement, not a turn.
-            self.control(Backchannel(text=text, continued=floor.continue_on_backchannel))
-            if floor.continue_on_backchannel:
-                self._resume_suspended()
-                return
-        if self._suspended:
-            if text:
-                self._settle_suspended("barge_in")
+        actions = tt.on_ended(
+            text,
+            suspended=bool(self._suspended),
+            cut_reply=bool(self._cancelled_turns),
+            doubt_pending=self._doubt is not None,
+            can_turn=self.ports.turn is not None,
+            floor=self.ports.floor,
+        )
+        for action in actions:
+            if isinstance(action, tt.RunTurn):
+                review = self._reviewer(action.text, words)
+                self._turn_task = asyncio.create_task(self._turn(action.text, review=review))
             else:
+                await self._apply(action, 0.0)
+
+    async def _apply(self, action: tt.Action, voiced_wall: float) -> None:
+        """Carry out one decision of `turn_taking`."""
+        match action:
+            case tt.Hold():
+                self._flowing.clear()
+                self.held_since = voiced_wall
+            case tt.CountFalseAlarm():
+                self.false_alarms += 1
+            case tt.Release():
+                self._release()
+            case tt.CancelVerdict():
+                if self._verdict is not None:
+                    self._verdict.cancel()
+                    self._verdict = None
+            case tt.BargeIn():
+                await self.barge_in(voiced_wall)
+            case tt.OpenRecognizer():
+                assert self.ports.stt is not None
+                self._recognizer = self.ports.stt.session()
+                for earlier in self._preroll:
+                    self._recognizer.feed(earlier)
+            case tt.RecordBackchannel(text=text, continued=continued):
+                self.control(Backchannel(text=text, continued=continued))
+            case tt.ResumeSuspended():
+                self._resume_suspended()
+            case tt.SettleSuspended(reason=reason):
+                self._settle_suspended(reason)
+            case tt.AwaitFalseInterruption():
                 self._verdict = asyncio.create_task(self._await_false_interruption())
-        if text and self.ports.turn is not None:
-            if self._doubt is not None:
-                answer = answer_of(text)
-                if answer is not None:
-                    self._answer_doubt(answer)
-                    return
-                # Something else: a new request replaces the doubtful one.
+            case tt.AnswerDoubt(yes=yes):
+                self._answer_doubt(yes)
+            case tt.DropDoubt():
                 self._doubt = None
-            review = self._reviewer(text, words)
-            self._turn_task = asyncio.create_task(self._turn(text, review=review))
+            case tt.RunTurn(text=text):
+                self._turn_task = asyncio.create_task(self._turn(text, review=None))
 
     def _reviewer(self, text: str, words: list[Word]) -> Review:
         """Before admission: calls built on doubtful words are held and the caller asked."""
@@ -365,10 +393,10 @@ class Call:
         )
 
     def _resumable(self, item: Settled) -> bool:
-        return (
-            self.ports.stt is not None
-            and self.ports.vad.false_interruption_ms > 0
-            and item.utterance.playback_id.count(_RESUME) < _MAX_RESUMES
+        return tt.resumable(
+            item.utterance.playback_id,
+            recognizing=self.ports.stt is not None,
+            false_interruption_ms=self.ports.vad.false_interruption_ms,
         )
 
     def _suspend(self, item: Settled) -> None:
@@ -410,20 +438,19 @@ class Call:
     async def _resume(self, item: Settled) -> None:
         """Say the unheard rest; the cut utterance is heard only if the rest is."""
         u = item.utterance
-        rest = unheard_rest(u.text, item.heard_text)
-        if not rest:
+        plan = tt.plan_resume(u.text, item.heard_text, u.playback_id)
+        if isinstance(plan, tt.HeardAll):
             self._resolve(Settled(u, heard=True, played_ms=u.duration_ms, reason="played_out"))
             return
-        playback_id = f"{u.playback_id}{_RESUME}{u.playback_id.count(_RESUME) + 1}"
         try:
             after = await self.say(
-                rest, playback_id,
+                plan.text, plan.playback_id,
                 delivery_id=u.delivery_id, response_id=u.response_id, turn_id=u.turn_id,
             )
         except Exception:
             log.exception("call %s: resuming %s failed", self.connection_id, u.playback_id)
             after = Settled(u, heard=False, played_ms=0, reason="resume_failed")
-        played = u.duration_ms if after.heard else min(u.duration_ms, item.played_ms)
+        played = tt.resumed_played_ms(u.duration_ms, item.played_ms, rest_heard=after.heard)
         self._resolve(Settled(u, heard=after.heard, played_ms=played, reason="resumed"))
 
     def on_mark(self, name: str) -> None:
@@ -468,27 +495,34 @@ class Call:
         if self._dtmf_timer is not None:
             self._dtmf_timer.cancel()
             self._dtmf_timer = None
-        if not self._digits and digit in "12" and self._doubt is not None:
-            self._answer_doubt(digit == "1")
-            return
         awaiting = self.ports.awaiting_confirmation
-        if not self._digits and digit in "12" and awaiting and awaiting(self.session_id):
-            self._dtmf_turn("yes" if digit == "1" else "no")
-            return
-        if digit == "#":
-            entry, self._digits = self._digits, ""
-            if entry:
-                self._dtmf_turn(entry)
-            return
-        self._digits = (self._digits + digit)[-32:]
-        self._dtmf_timer = asyncio.create_task(self._dtmf_pause())
+        # Asked only when the key could be an answer to it.
+        confirming = (
+            not self._digits and digit in ("1", "2") and self._doubt is None
+            and awaiting is not None and awaiting(self.session_id)
+        )
+        self._digits, action = dtmf.press(
+            self._digits, digit, doubt_pending=self._doubt is not None,
+            awaiting_confirmation=confirming,
+        )
+        self._on_keys(action)
+
+    def _on_keys(self, action: dtmf.DtmfAction) -> None:
+        match action:
+            case dtmf.AnswerDoubt(yes=yes):
+                self._answer_doubt(yes)
+            case dtmf.Turn(text=text):
+                self._dtmf_turn(text)
+            case dtmf.Collect():
+                self._dtmf_timer = asyncio.create_task(self._dtmf_pause())
+            case None:
+                pass
 
     async def _dtmf_pause(self) -> None:
         await asyncio.sleep(self.ports.dtmf_pause_ms / 1000)
         self._dtmf_timer = None
-        entry, self._digits = self._digits, ""
-        if entry:
-            self._dtmf_turn(entry)
+        self._digits, action = dtmf.pause(self._digits)
+        self._on_keys(action)
 
     def _dtmf_turn(self, text: str) -> None:
         self._dtmf_turns += 1
