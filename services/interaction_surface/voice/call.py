@@ -32,7 +32,7 @@ Backchannels and doubtful hearings are decided in `floor` (pure); the call appli
 an acknowledgement over the agent resumes what it cut, and a voice turn's calls built on
 doubtful words wait for the caller's yes (`_reviewer`, `_answer_doubt`).
 
-Long (about 600 lines) because one call is one state machine (inbound audio, playout,
+Long (about 750 lines) because one call is one state machine (inbound audio, playout,
 barge-in, resumes, DTMF, turns) whose parts share its state and its tasks; the decisions
 are pure code in `vad`, `playback`, `floor`, `turn_taking` and `dtmf`, and what remains
 here is waiting, sending and recording.

@@ -9,6 +9,9 @@ call is attached, the session's deliveries are spoken on it (`Call.say`, call.py
 Trust (signatures, call tickets, the local-only rule without an auth token) is in
 `trust`; the routes here apply it before anything is stored. Who holds a call across
 surface processes is `ownership`.
+
+A little over 400 lines because the webhook, the stream loop and the start handshake
+share the frame parsing and the refusal codes; splitting them would scatter one protocol.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from libs.problems import problem
 from ..auth import hash_token, new_id, new_token
 from .call import CALLS, FRAMES_REJECTED, Call, CallRegistry, SpeechPorts
 from .ownership import CallOwnership
+from .settings import VoiceSettings
 from .trust import (
     SETTINGS_HEADER,
     SIGNATURE_HEADER,
@@ -143,6 +147,8 @@ class Telephony:
     open_session: Callable[[str, str], Awaitable[SessionState]]
     default_tenant: str = "default"
     trust: TrustSettings = field(default_factory=TrustSettings)
+    # Everything else the voice channel was configured with (read once, in `install_voice`).
+    voice: VoiceSettings = field(default_factory=VoiceSettings)
     ownership: CallOwnership | None = None
     # Create-once claims of used call tickets (a replay fails on every surface).
     tickets: KeyValue | None = None
@@ -459,8 +465,3 @@ async def append_control(
     )
     await append(js, CONTROL, topology.control_subject(session_id), env)
     metrics.EVENTS_PUBLISHED.labels(stream="control").inc()
-
-
-def telephony_settings() -> TrustSettings:
-    """What the edge trusts, from the environment (TelephonyMisconfigured when unusable)."""
-    return TrustSettings.from_env()

@@ -1,15 +1,14 @@
-"""Speech engines chosen by name (`HOLDLINE_TTS`, `HOLDLINE_STT`).
+"""Speech engines chosen by name (`HOLDLINE_TTS`, `HOLDLINE_STT`, read in `VoiceSettings`).
 
 A cloud engine plugs in with `register_tts` / `register_stt` from a user's module
-(`HOLDLINE_SPEECH_MODULES`); `espeak` and `deepgram` are built in. This module imports the
-engines, never the other way round.
+(`HOLDLINE_SPEECH_MODULES`); `espeak` and `deepgram` are built in (wiring.py registers
+espeak-ng with its configured voice and pocketsphinx with its primer). This module imports
+the engines, never the other way round.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from libs.config import env_int, env_str
 
 from .base import SpeechError, SpeechToText, TextToSpeech
 from .deepgram import DeepgramStt, DeepgramTts
@@ -31,17 +30,15 @@ def register_stt(name: str, factory: SttFactory) -> None:
     _STT[name] = factory
 
 
-def tts_from_env() -> TextToSpeech:
+def tts_named(name: str) -> TextToSpeech:
     """The TTS engine named by `HOLDLINE_TTS` (`espeak`)."""
-    name = env_str("HOLDLINE_TTS", "espeak")
     if name not in _TTS:
         raise SpeechError(f"HOLDLINE_TTS={name!r}: no such engine (have {sorted(_TTS)})")
     return _TTS[name]()
 
 
-def stt_from_env() -> SpeechToText | None:
+def stt_named(name: str) -> SpeechToText | None:
     """The STT engine named by `HOLDLINE_STT` (`pocketsphinx`; `none`: no transcription)."""
-    name = env_str("HOLDLINE_STT", "pocketsphinx")
     if name == "none":
         return None
     if name not in _STT:
@@ -59,9 +56,4 @@ def _deepgram_stt() -> SpeechToText:
 
 register_tts("deepgram", _deepgram_tts)
 register_stt("deepgram", _deepgram_stt)
-register_tts(
-    "espeak",
-    lambda: EspeakTts(
-        voice=env_str("HOLDLINE_TTS_VOICE", "en-us"), wpm=env_int("HOLDLINE_TTS_WPM", 175)
-    ),
-)
+register_tts("espeak", EspeakTts)
