@@ -44,18 +44,19 @@ from libs.models.interface import AdmissionNote, TurnRequest
 from libs.models.mock import MockModel
 from libs.tools import default_registry
 from services.interaction_surface.chat.conversation import tool_spec
-from services.interaction_surface.codec import (
+from services.interaction_surface.voice.call import Call, SpeechPorts
+from services.interaction_surface.voice.codec import (
     PCM_FRAME_BYTES,
     ULAW_FRAME_BYTES,
     FrameSplitter,
     silence_ulaw,
     ulaw_to_pcm16,
 )
-from services.interaction_surface.speech import EspeakTts, Recognizer, TextToSpeech, synthesize
-from services.interaction_surface.stt import PocketsphinxStt
-from services.interaction_surface.telephony import Call, SpeechPorts
-from services.interaction_surface.vad import VadConfig, webrtc_classifier
-from services.interaction_surface.voice import PRIMER_TEXT
+from services.interaction_surface.voice.engines.base import Recognizer, TextToSpeech, synthesize
+from services.interaction_surface.voice.engines.espeak import EspeakTts
+from services.interaction_surface.voice.engines.pocketsphinx import PocketsphinxStt
+from services.interaction_surface.voice.vad import VadConfig, webrtc_classifier
+from services.interaction_surface.voice.wiring import PRIMER_TEXT
 from tests.voice import stimuli
 
 RESULTS = Path(__file__).parent / "results" / "voice.json"

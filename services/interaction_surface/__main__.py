@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from libs.serve import EXIT_CONFIG, serve
 
 from .app import create_app
-from .twilio_trust import TelephonyMisconfigured
+from .voice.trust import TelephonyMisconfigured
 
 
 def _app() -> FastAPI:

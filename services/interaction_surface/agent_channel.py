@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from .api import Surface
     from .chat.deliveries import DeliveryExecutor
     from .projections import Entry
-    from .telephony import CallOwnership
+    from .voice.ownership import CallOwnership
 
 log = logging.getLogger(__name__)
 

@@ -34,9 +34,9 @@ from .chat.deliveries import DeliveryExecutor
 from .chat.turns import Turns
 from .projections import SurfaceView
 from .settings import Settings
-from .telephony import CallRegistry
 from .tool_calls import ToolCalls
-from .voice import install_voice, start_voice
+from .voice.call import CallRegistry
+from .voice.wiring import install_voice, start_voice
 
 STATIC = Path(__file__).parent / "static"
 

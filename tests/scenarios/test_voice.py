@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 from libs.bus import Context
-from services.interaction_surface.codec import silence_ulaw
+from services.interaction_surface.voice.codec import silence_ulaw
 from tests.support.processes import Broker
 from tests.surface.stack import SurfaceStack, eventually, fault, open_chat, unique
 from tests.voice.phone import AUTH_TOKEN, CUT, Phone, speech

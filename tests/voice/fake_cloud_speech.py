@@ -37,8 +37,9 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from services.interaction_surface.codec import RATE, ULAW_FRAME_BYTES, rms, ulaw_to_pcm16
-from services.interaction_surface.speech import EspeakTts, synthesize
+from services.interaction_surface.voice.codec import RATE, ULAW_FRAME_BYTES, rms, ulaw_to_pcm16
+from services.interaction_surface.voice.engines.base import synthesize
+from services.interaction_surface.voice.engines.espeak import EspeakTts
 
 ENCODINGS = {"linear16", "flac", "mulaw", "alaw", "amr-nb", "amr-wb", "opus", "speex", "g729"}
 TTS_ENCODINGS = {"linear16", "mulaw", "alaw", "mp3", "opus", "flac", "aac"}

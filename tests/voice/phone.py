@@ -29,9 +29,10 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from services.interaction_surface.codec import ULAW_FRAME_BYTES, silence_ulaw, ulaw_ms
-from services.interaction_surface.speech import EspeakTts, synthesize
-from services.interaction_surface.telephony import twilio_signature
+from services.interaction_surface.voice.codec import ULAW_FRAME_BYTES, silence_ulaw, ulaw_ms
+from services.interaction_surface.voice.engines.base import synthesize
+from services.interaction_surface.voice.engines.espeak import EspeakTts
+from services.interaction_surface.voice.twilio import twilio_signature
 
 AUTH_TOKEN = "twilio-test-token"
 # The mark of an utterance a clear cut before its own mark was sent.

@@ -11,7 +11,7 @@ import math
 import random
 import struct
 
-from services.interaction_surface.codec import pcm16_to_ulaw, rms, ulaw_to_pcm16
+from services.interaction_surface.voice.codec import pcm16_to_ulaw, rms, ulaw_to_pcm16
 
 RATE = 8000
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 
-from services.interaction_surface.codec import pcm16_to_ulaw, silence_ulaw
+from services.interaction_surface.voice.codec import pcm16_to_ulaw, silence_ulaw
 from tests.surface.stack import Chat, SurfaceStack, eventually, fault, open_chat
 
 from .helpers import (

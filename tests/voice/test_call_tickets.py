@@ -32,7 +32,7 @@ from libs.bus import Context, Topology, read_subject
 from libs.bus import connect as bus_connect
 from libs.config import BusSettings
 from libs.events import INTERACTION, ChannelConnected, SessionOpened
-from services.interaction_surface.twilio_trust import TrustSettings, issue_ticket
+from services.interaction_surface.voice.trust import TrustSettings, issue_ticket
 from tests.support.processes import ROOT, Broker, ServiceProcess, free_port
 from tests.surface.stack import eventually, open_chat
 

@@ -11,8 +11,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from services.interaction_surface.codec import silence_ulaw
-from services.interaction_surface.telephony import twilio_signature
+from services.interaction_surface.voice.codec import silence_ulaw
+from services.interaction_surface.voice.twilio import twilio_signature
 from tests.surface.stack import SurfaceStack, effects, eventually, open_chat
 
 from .helpers import (

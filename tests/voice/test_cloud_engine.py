@@ -18,7 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from services.interaction_surface.cloud_speech import (
+from services.interaction_surface.voice.codec import ULAW_FRAME_BYTES, ulaw_to_pcm16
+from services.interaction_surface.voice.engines.base import SpeechError, final_text, synthesize
+from services.interaction_surface.voice.engines.deepgram import (
     DeepgramConfig,
     DeepgramRecognizer,
     DeepgramStt,
@@ -26,8 +28,6 @@ from services.interaction_surface.cloud_speech import (
     Transcript,
     VendorError,
 )
-from services.interaction_surface.codec import ULAW_FRAME_BYTES, ulaw_to_pcm16
-from services.interaction_surface.speech import SpeechError, final_text, synthesize
 from tests.support.processes import Broker
 from tests.surface.stack import Chat, SurfaceStack, effects, eventually, open_chat, unique
 

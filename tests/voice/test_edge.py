@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.interaction_surface.codec import (
+from services.interaction_surface.voice.codec import (
     PCM_FRAME_BYTES,
     FrameSplitter,
     downsample_16k_to_8k,
@@ -15,17 +15,21 @@ from services.interaction_surface.codec import (
     ulaw_to_pcm16,
     upsample_8k_to_16k,
 )
-from services.interaction_surface.playback import PlaybackLedger, heard_prefix, unheard_rest
-from services.interaction_surface.stt import PocketsphinxStt, arpa_bigram, domain_corpus
-from services.interaction_surface.telephony import (
+from services.interaction_surface.voice.engines.pocketsphinx import (
+    PocketsphinxStt,
+    arpa_bigram,
+    domain_corpus,
+)
+from services.interaction_surface.voice.playback import PlaybackLedger, heard_prefix, unheard_rest
+from services.interaction_surface.voice.twilio import (
     FrameError,
     media_payload,
     parse_frame,
     signature_ok,
     twilio_signature,
 )
-from services.interaction_surface.vad import VadConfig, VadEvent, VoiceActivity
-from services.interaction_surface.voice import PRIMER_TEXT
+from services.interaction_surface.voice.vad import VadConfig, VadEvent, VoiceActivity
+from services.interaction_surface.voice.wiring import PRIMER_TEXT
 
 from .phone import speech
 

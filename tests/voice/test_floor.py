@@ -15,8 +15,9 @@ from typing import Any
 
 import httpx
 
-from services.interaction_surface.codec import silence_ulaw
-from services.interaction_surface.speech import EspeakTts, synthesize
+from services.interaction_surface.voice.codec import silence_ulaw
+from services.interaction_surface.voice.engines.base import synthesize
+from services.interaction_surface.voice.engines.espeak import EspeakTts
 from tests.surface.stack import Chat, SurfaceStack, eventually, fault, open_chat
 
 from . import stimuli

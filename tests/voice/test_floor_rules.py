@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from services.interaction_surface.floor import (
+from services.interaction_surface.voice.floor import (
     FloorConfig,
     Word,
     answer_of,

@@ -6,15 +6,16 @@ from __future__ import annotations
 
 import pytest
 
-from services.interaction_surface.codec import (
+from services.interaction_surface.voice.codec import (
     FRAME_MS,
     PCM_FRAME_BYTES,
     FrameSplitter,
     silence_ulaw,
     ulaw_to_pcm16,
 )
-from services.interaction_surface.speech import EspeakTts, synthesize
-from services.interaction_surface.vad import (
+from services.interaction_surface.voice.engines.base import synthesize
+from services.interaction_surface.voice.engines.espeak import EspeakTts
+from services.interaction_surface.voice.vad import (
     VadConfig,
     VadEvent,
     VoiceActivity,

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from twilio.request_validator import RequestValidator, get_signature_algorithm
 
-from services.interaction_surface.twilio_trust import (
+from services.interaction_surface.voice.trust import (
     HMAC_SHA256,
     TelephonyMisconfigured,
     TicketRefused,

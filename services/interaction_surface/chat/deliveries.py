@@ -59,9 +59,9 @@ from libs.events import (
 from libs.service import Runtime
 
 from ..auth import new_id
-from ..playback import Settled, carried_heard
 from ..projections import SurfaceView
 from ..settings import Settings
+from ..voice.playback import Settled, carried_heard
 from .routing import (
     Channels,
     Route,
@@ -74,7 +74,8 @@ from .routing import (
 
 if TYPE_CHECKING:
     from ..agent_channel import AgentChannel
-    from ..telephony import Call, CallOwnership, CallRegistry
+    from ..voice.call import Call, CallRegistry
+    from ..voice.ownership import CallOwnership
 
 log = logging.getLogger(__name__)
 

@@ -12,48 +12,37 @@ from fastapi import FastAPI
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
-from libs.config import env_float, env_int, env_str
 from libs.domain import SessionState
 from libs.domain.operation import OpStatus
 from libs.events import InteractionEvent
 
-from .api import Surface
-from .auth import new_id
-from .chat.deliveries import DeliveryExecutor
-from .chat.turns import TurnInput
-from .floor import FloorConfig
+from ..api import Surface
+from ..auth import new_id
+from ..chat.deliveries import DeliveryExecutor
+from ..chat.turns import TurnInput
+from .call import Call, CallRegistry, Review, SpeechPorts
+from .engines.base import SpeechError, SpeechToText, TextToSpeech, synthesize
+from .engines.espeak import EspeakTts
+from .engines.pocketsphinx import PocketsphinxStt
+from .engines.registry import register_stt, register_tts, stt_named, tts_named
+from .ownership import CallOwnership
 from .playback import Settled
-from .speech import (
-    SpeechError,
-    SpeechToText,
-    TextToSpeech,
-    register_stt,
-    stt_from_env,
-    synthesize,
-    tts_from_env,
-)
-from .stt import PocketsphinxStt
-from .telephony import (
-    Call,
-    CallOwnership,
-    CallRegistry,
-    Review,
-    SpeechPorts,
+from .settings import VoiceSettings
+from .trust import CLAIM_MARGIN_S
+from .twilio import (
     Telephony,
     append_control,
     build_telephony_router,
     opened_session_event,
-    telephony_settings,
 )
-from .twilio_trust import CLAIM_MARGIN_S
-from .vad import VadConfig, load_silero
+from .vad import load_silero
 
 log = logging.getLogger(__name__)
 
 
 def install_voice(app: FastAPI, surface: Surface, registry: CallRegistry) -> Telephony:
     """Include the telephony routes; `start_voice` fills in the engines at start-up."""
-    trust = telephony_settings()
+    settings = VoiceSettings.from_env()
 
     async def find_session(session_id: str, token: str | None) -> SessionState:
         return await surface.session_for_token(session_id, token)
@@ -74,7 +63,8 @@ def install_voice(app: FastAPI, surface: Surface, registry: CallRegistry) -> Tel
         find_session=find_session,
         open_session=open_session,
         default_tenant=surface.settings.default_tenant,
-        trust=trust,
+        trust=settings.trust,
+        voice=settings,
     )
     app.include_router(build_telephony_router(telephony))
     return telephony
@@ -83,14 +73,14 @@ def install_voice(app: FastAPI, surface: Surface, registry: CallRegistry) -> Tel
 PRIMER_TEXT = "hello, how can I help you today"
 
 
-async def _stt(tts: TextToSpeech) -> SpeechToText | None:
+async def _stt(tts: TextToSpeech, name: str) -> SpeechToText | None:
     try:
         # Only the local recognizer needs the primer: with a cloud TTS it costs a paid request
         # at start-up, and a failed one must not switch off a cloud recognizer.
-        if env_str("HOLDLINE_STT", "pocketsphinx") == "pocketsphinx":
+        if name == "pocketsphinx":
             primer = await synthesize(tts, PRIMER_TEXT)
             register_stt("pocketsphinx", lambda: PocketsphinxStt(primer))
-        return stt_from_env()
+        return stt_named(name)
     except SpeechError:
         # Calls still work without transcription: VAD, barge-in and deliveries need no STT.
         log.exception("no speech recognition on calls")
@@ -149,7 +139,7 @@ async def start_ownership(
 
     `HOLDLINE_CALL_OWNER_TTL_S` (10): how long a killed surface's calls still look alive.
     """
-    ttl_s = env_float("HOLDLINE_CALL_OWNER_TTL_S", 10.0)
+    ttl_s = telephony.voice.call_owner_ttl_s
     ownership = CallOwnership(await _calls_bucket(surface, ttl_s), new_id("surface"), ttl_s)
     telephony.ownership = ownership
 
@@ -170,9 +160,11 @@ async def start_voice(
 
     `HOLDLINE_SPEECH_MODULES` names modules that register extra engines first.
     """
-    for name in env_str("HOLDLINE_SPEECH_MODULES", "").split(","):
-        if name.strip():
-            importlib.import_module(name.strip())
+    settings = telephony.voice
+    # Built in first, so a user's module may still replace it.
+    register_tts("espeak", lambda: EspeakTts(voice=settings.tts_voice, wpm=settings.tts_wpm))
+    for name in settings.speech_modules:
+        importlib.import_module(name)
     rt = surface.runtime
     # The start-up check: every misconfiguration of the phone edge, said once.
     for problem in telephony.trust.problems():
@@ -221,14 +213,14 @@ async def start_voice(
             for op in surface.view.session_operations(session_id)
         )
 
-    vad = VadConfig.from_env()
+    vad = settings.vad
     if vad.detector == "silero":
         # At start-up: a missing model fails the start, not the first call.
         load_silero()
-    tts = tts_from_env()
+    tts = tts_named(settings.tts)
     telephony.ports = SpeechPorts(
         tts=tts,
-        stt=await _stt(tts),
+        stt=await _stt(tts, settings.stt),
         vad=vad,
         record=record,
         append_control=control,
@@ -236,7 +228,7 @@ async def start_voice(
         settle_attached=settle_attached,
         delivery_texts=delivery_texts,
         awaiting_confirmation=awaiting_confirmation,
-        dtmf_pause_ms=env_int("HOLDLINE_DTMF_PAUSE_MS", 2000),
-        playout_lead_ms=env_int("HOLDLINE_PLAYOUT_LEAD_MS", 160),
-        floor=FloorConfig.from_env(),
+        dtmf_pause_ms=settings.dtmf_pause_ms,
+        playout_lead_ms=settings.playout_lead_ms,
+        floor=settings.floor,
     )

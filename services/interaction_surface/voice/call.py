@@ -1,10 +1,5 @@
-"""Twilio Media Streams: `POST /v1/telephony/twilio/voice` (TwiML) and `WS /v1/telephony/twilio`.
-
-The edge is tolerant: unknown fields are ignored, `sequenceNumber` is optional, numbers
-may arrive as strings, and a bad frame (garbage JSON, invalid base64, media before
-`start`) is counted with its reason and dropped, never fatal. `start.customParameters`
-`{session_id, token}` continues a session; `{user_id, tenant_id}` opens one. While the
-call is attached, the session's deliveries are spoken on it (`Call.say`).
+"""One phone call's shell (`Call`): it feeds audio to the VAD and the recognizer, paces the
+agent's audio out, and carries out what the pure rules decide.
 
 Paced playout: the agent's audio goes out at the pace it plays, `playout_lead_ms` ahead of
 the playout model. A suspected barge-in (the VAD's `suspected`: voiced, not yet known to be
@@ -27,76 +22,58 @@ caller's speech make the interruption real: the suspended utterances settle unhe
 Resuming rather than repeating: the caller already heard the prefix, and a repeat would
 make the history's single copy of the text untrue about what was said twice.
 
-DTMF: a key press is caller input. During a pending confirmation `1` means yes and `2`
-means no; any other digits are collected until `#` or a pause and become the turn's text.
-Either way the call runs a turn recorded as `turn.received` (channel voice) whose
-`client_turn_id` is `dtmf-<call>-<n>`, so the key press is visible and never applied twice.
-
-Several surface processes share the streams; a call lives in exactly one of them. Its
-owner is a KV key per call (`CallOwnership`), refreshed while the call lasts in a bucket
-whose entries expire, so a process killed mid-call stops owning its calls within one TTL.
+DTMF: a key press is caller input, decided in `dtmf` (pure). During a pending confirmation
+`1` means yes and `2` means no; any other digits are collected until `#` or a pause and
+become the turn's text. Either way the call runs a turn recorded as `turn.received`
+(channel voice) whose `client_turn_id` is `dtmf-<call>-<n>`, so the key press is visible
+and never applied twice.
 
 Backchannels and doubtful hearings are decided in `floor` (pure); the call applies them:
 an acknowledgement over the agent resumes what it cut, and a voice turn's calls built on
 doubtful words wait for the caller's yes (`_reviewer`, `_answer_doubt`).
 
-Trust (signatures, call tickets, the local-only rule without an auth token) is in
-`twilio_trust`; the routes here apply it before anything is stored.
-
-Long because one call is one state machine (inbound audio, playout, barge-in, resumes,
-DTMF, turns) whose parts share its state; the pure decisions live in `vad`, `playback` and
-`floor`, and the planned `voice/` package split divides the shell.
+Long (about 750 lines) because one call is one state machine (inbound audio, playout,
+barge-in, resumes, DTMF, turns) whose parts share its state and its tasks; the decisions
+are pure code in `vad`, `playback`, `floor`, `turn_taking` and `dtmf`, and what remains
+here is waiting, sending and recording.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import binascii
 import contextlib
 import logging
-import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
-from xml.sax.saxutils import quoteattr
 
 import msgspec
-from fastapi import APIRouter, Request, WebSocket, WebSocketDisconnect
-from fastapi.responses import Response
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
-from nats.js.kv import KeyValue
+from fastapi import WebSocket, WebSocketDisconnect
 
 from libs import metrics
-from libs.bus import append
 from libs.domain import SessionState
 from libs.events import (
-    CONTROL,
     Backchannel,
     BargeIn,
-    ChannelConnected,
     ChannelDisconnected,
     ControlEvent,
-    Envelope,
     InteractionEvent,
     PlaybackFinished,
     PlaybackStarted,
     ReplyTruncated,
     ResponseCancel,
-    SessionOpened,
     SpeechStarted,
     SpeechStopped,
 )
-from libs.problems import problem
 
-from .auth import hash_token, new_id, new_token
+from . import dtmf
+from . import turn_taking as tt
 from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_ms, ulaw_to_pcm16
-from .floor import FloorConfig, Word, answer_of, doubtful_values, is_backchannel, question
-from .playback import PlaybackLedger, Settled, carried_heard, unheard_rest
-from .speech import (
+from .engines.base import (
     Recognizer,
     SpeechToText,
     TextToSpeech,
@@ -104,21 +81,8 @@ from .speech import (
     heard_words,
     known_values,
 )
-from .twilio_trust import (
-    SETTINGS_HEADER,
-    SIGNATURE_HEADER,
-    TICKET,
-    TicketRefused,
-    TrustSettings,
-    check_ticket,
-    compute_signature,
-    form_pairs,
-    is_local,
-    issue_ticket,
-    public_url,
-    stream_url,
-    text_params,
-)
+from .floor import FloorConfig, Word, doubtful_values, question
+from .playback import PlaybackLedger, Settled, carried_heard
 from .vad import VadConfig, VadEvent, VoiceActivity
 
 log = logging.getLogger(__name__)
@@ -126,84 +90,21 @@ log = logging.getLogger(__name__)
 FRAMES_REJECTED = metrics.TELEPHONY_FRAMES_REJECTED
 CALLS = metrics.TELEPHONY_CALLS
 
-_ID = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
-# The largest text frame read from a phone stream; a bigger one closes the stream (1009).
-_MAX_FRAME_CHARS = 64 * 1024
 # Outbound media message size: 40 ms of μ-law, so paced sending stops within 40 ms.
 _MEDIA_BYTES = 320
 _WALL_FRAMES = 256
 # Speech is confirmed up to the VAD's confirm window after its first voiced frame: the
 # recognizer still gets the first syllable.
 _PREROLL_FRAMES = 25
-# A resumed rest that is cut and proves false again resumes at most this many times.
-_MAX_RESUMES = 2
-_RESUME = ".resume"
 # Said when the caller answers "no" to "did you say ...?".
 _NOT_DONE = "Okay, I have not done anything. Please say it again, or press the keys."
 # Looks at a voice turn's proposed calls before admission (see `floor.doubtful_values`).
 Review = Callable[[Sequence[tuple[str, Mapping[str, Any]]]], str | None]
 
 
-# The voice webhook's form is about a kilobyte; past this it is refused (413).
-_MAX_WEBHOOK_BYTES = 64 * 1024
-STREAM_PATH = "/v1/telephony/twilio"
-
-
-def twilio_signature(auth_token: str, url: str, params: dict[str, str]) -> str:
-    """Twilio's X-Twilio-Signature: base64 HMAC-SHA1 of the URL + sorted POST params."""
-    return compute_signature(auth_token, url, list(params.items()))
-
-
-def signature_ok(auth_token: str, url: str, params: dict[str, str], presented: str | None) -> bool:
-    """Whether the presented signature is Twilio's for this request (either port form)."""
-    return TrustSettings(auth_token=auth_token).verify(url, list(params.items()), presented)
-
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _text(value: Any) -> str | None:
-    """A string field that may arrive as a number."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return str(value)
-    return None
-
-
-class FrameError(Exception):
-    """A frame that cannot be used; `reason` is the stable code recorded for it."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def parse_frame(raw: str) -> tuple[str, dict[str, Any]]:
-    """The event name and the whole message, or FrameError."""
-    try:
-        message = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        raise FrameError("malformed_json") from None
-    if not isinstance(message, dict):
-        raise FrameError("not_an_object")
-    event = _text(message.get("event"))
-    if not event:
-        raise FrameError("missing_event")
-    return event, message
-
-
-def media_payload(message: dict[str, Any]) -> bytes:
-    """The μ-law bytes of a `media` message, or FrameError."""
-    media = message.get("media")
-    payload = media.get("payload") if isinstance(media, dict) else None
-    if not isinstance(payload, str):
-        raise FrameError("missing_payload")
-    try:
-        return base64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError):
-        raise FrameError("invalid_base64") from None
 
 
 @dataclass
@@ -352,56 +253,84 @@ class Call:
         return time.perf_counter()
 
     async def _on_vad(self, event: VadEvent) -> None:
+        """The VAD's verdict: the rules in `turn_taking` decide, this carries them out."""
         if event.kind == "suspected":
-            if self.ledger.active and self._flowing.is_set():
-                self._flowing.clear()
-                self.held_since = self._wall_of(event.first_voiced_ms + 20)
+            actions = tt.on_suspected(playing=self.ledger.active, flowing=self._flowing.is_set())
+            voiced_wall = self._wall_of(event.first_voiced_ms + 20)
+        elif event.kind == "rejected":
+            actions = tt.on_rejected(flowing=self._flowing.is_set())
+            voiced_wall = 0.0
+        elif event.kind == "started":
+            actions = tt.on_started(
+                playing=self.ledger.active,
+                replying=self._turn_task is not None,
+                verdict_pending=self._verdict is not None,
+                recognizing=self.ports.stt is not None,
+            )
+            voiced_wall = self._wall_of(event.first_voiced_ms + 20)
+        else:
+            self.interaction(SpeechStopped(stream_ms=event.at_ms))
+            await self._on_ended()
             return
-        if event.kind == "rejected":
-            if not self._flowing.is_set():
-                self.false_alarms += 1
-                self._release()
-            return
+        for action in actions:
+            await self._apply(action, voiced_wall)
         if event.kind == "started":
-            if self._verdict is not None:
-                # More speech before the window ended: its own end decides.
-                self._verdict.cancel()
-                self._verdict = None
-            if self.ledger.active or self._turn_task is not None:
-                await self.barge_in(self._wall_of(event.first_voiced_ms + 20))
-            self._release()
-            if self.ports.stt is not None:
-                self._recognizer = self.ports.stt.session()
-                for earlier in self._preroll:
-                    self._recognizer.feed(earlier)
             self.interaction(SpeechStarted(stream_ms=event.first_voiced_ms))
-            return
-        self.interaction(SpeechStopped(stream_ms=event.at_ms))
+
+    async def _on_ended(self) -> None:
         recognizer, self._recognizer = self._recognizer, None
         text = (await final_text(recognizer)).strip() if recognizer is not None else ""
         words = heard_words(recognizer, text) if recognizer is not None else []
-        floor = self.ports.floor
-        if (self._suspended or self._cancelled_turns) and is_backchannel(text, floor):
-            # "Mm-hmm" over the agent: an acknowledgement, not a turn.
-            self.control(Backchannel(text=text, continued=floor.continue_on_backchannel))
-            if floor.continue_on_backchannel:
-                self._resume_suspended()
-                return
-        if self._suspended:
-            if text:
-                self._settle_suspended("barge_in")
+        actions = tt.on_ended(
+            text,
+            suspended=bool(self._suspended),
+            cut_reply=bool(self._cancelled_turns),
+            doubt_pending=self._doubt is not None,
+            can_turn=self.ports.turn is not None,
+            floor=self.ports.floor,
+        )
+        for action in actions:
+            if isinstance(action, tt.RunTurn):
+                review = self._reviewer(action.text, words)
+                self._turn_task = asyncio.create_task(self._turn(action.text, review=review))
             else:
+                await self._apply(action, 0.0)
+
+    async def _apply(self, action: tt.Action, voiced_wall: float) -> None:
+        """Carry out one decision of `turn_taking`."""
+        match action:
+            case tt.Hold():
+                self._flowing.clear()
+                self.held_since = voiced_wall
+            case tt.CountFalseAlarm():
+                self.false_alarms += 1
+            case tt.Release():
+                self._release()
+            case tt.CancelVerdict():
+                if self._verdict is not None:
+                    self._verdict.cancel()
+                    self._verdict = None
+            case tt.BargeIn():
+                await self.barge_in(voiced_wall)
+            case tt.OpenRecognizer():
+                assert self.ports.stt is not None
+                self._recognizer = self.ports.stt.session()
+                for earlier in self._preroll:
+                    self._recognizer.feed(earlier)
+            case tt.RecordBackchannel(text=text, continued=continued):
+                self.control(Backchannel(text=text, continued=continued))
+            case tt.ResumeSuspended():
+                self._resume_suspended()
+            case tt.SettleSuspended(reason=reason):
+                self._settle_suspended(reason)
+            case tt.AwaitFalseInterruption():
                 self._verdict = asyncio.create_task(self._await_false_interruption())
-        if text and self.ports.turn is not None:
-            if self._doubt is not None:
-                answer = answer_of(text)
-                if answer is not None:
-                    self._answer_doubt(answer)
-                    return
-                # Something else: a new request replaces the doubtful one.
+            case tt.AnswerDoubt(yes=yes):
+                self._answer_doubt(yes)
+            case tt.DropDoubt():
                 self._doubt = None
-            review = self._reviewer(text, words)
-            self._turn_task = asyncio.create_task(self._turn(text, review=review))
+            case tt.RunTurn(text=text):
+                self._turn_task = asyncio.create_task(self._turn(text, review=None))
 
     def _reviewer(self, text: str, words: list[Word]) -> Review:
         """Before admission: calls built on doubtful words are held and the caller asked."""
@@ -464,10 +393,10 @@ class Call:
         )
 
     def _resumable(self, item: Settled) -> bool:
-        return (
-            self.ports.stt is not None
-            and self.ports.vad.false_interruption_ms > 0
-            and item.utterance.playback_id.count(_RESUME) < _MAX_RESUMES
+        return tt.resumable(
+            item.utterance.playback_id,
+            recognizing=self.ports.stt is not None,
+            false_interruption_ms=self.ports.vad.false_interruption_ms,
         )
 
     def _suspend(self, item: Settled) -> None:
@@ -509,20 +438,19 @@ class Call:
     async def _resume(self, item: Settled) -> None:
         """Say the unheard rest; the cut utterance is heard only if the rest is."""
         u = item.utterance
-        rest = unheard_rest(u.text, item.heard_text)
-        if not rest:
+        plan = tt.plan_resume(u.text, item.heard_text, u.playback_id)
+        if isinstance(plan, tt.HeardAll):
             self._resolve(Settled(u, heard=True, played_ms=u.duration_ms, reason="played_out"))
             return
-        playback_id = f"{u.playback_id}{_RESUME}{u.playback_id.count(_RESUME) + 1}"
         try:
             after = await self.say(
-                rest, playback_id,
+                plan.text, plan.playback_id,
                 delivery_id=u.delivery_id, response_id=u.response_id, turn_id=u.turn_id,
             )
         except Exception:
             log.exception("call %s: resuming %s failed", self.connection_id, u.playback_id)
             after = Settled(u, heard=False, played_ms=0, reason="resume_failed")
-        played = u.duration_ms if after.heard else min(u.duration_ms, item.played_ms)
+        played = tt.resumed_played_ms(u.duration_ms, item.played_ms, rest_heard=after.heard)
         self._resolve(Settled(u, heard=after.heard, played_ms=played, reason="resumed"))
 
     def on_mark(self, name: str) -> None:
@@ -567,27 +495,34 @@ class Call:
         if self._dtmf_timer is not None:
             self._dtmf_timer.cancel()
             self._dtmf_timer = None
-        if not self._digits and digit in "12" and self._doubt is not None:
-            self._answer_doubt(digit == "1")
-            return
         awaiting = self.ports.awaiting_confirmation
-        if not self._digits and digit in "12" and awaiting and awaiting(self.session_id):
-            self._dtmf_turn("yes" if digit == "1" else "no")
-            return
-        if digit == "#":
-            entry, self._digits = self._digits, ""
-            if entry:
-                self._dtmf_turn(entry)
-            return
-        self._digits = (self._digits + digit)[-32:]
-        self._dtmf_timer = asyncio.create_task(self._dtmf_pause())
+        # Asked only when the key could be an answer to it.
+        confirming = (
+            not self._digits and digit in ("1", "2") and self._doubt is None
+            and awaiting is not None and awaiting(self.session_id)
+        )
+        self._digits, action = dtmf.press(
+            self._digits, digit, doubt_pending=self._doubt is not None,
+            awaiting_confirmation=confirming,
+        )
+        self._on_keys(action)
+
+    def _on_keys(self, action: dtmf.DtmfAction) -> None:
+        match action:
+            case dtmf.AnswerDoubt(yes=yes):
+                self._answer_doubt(yes)
+            case dtmf.Turn(text=text):
+                self._dtmf_turn(text)
+            case dtmf.Collect():
+                self._dtmf_timer = asyncio.create_task(self._dtmf_pause())
+            case None:
+                pass
 
     async def _dtmf_pause(self) -> None:
         await asyncio.sleep(self.ports.dtmf_pause_ms / 1000)
         self._dtmf_timer = None
-        entry, self._digits = self._digits, ""
-        if entry:
-            self._dtmf_turn(entry)
+        self._digits, action = dtmf.pause(self._digits)
+        self._on_keys(action)
 
     def _dtmf_turn(self, text: str) -> None:
         self._dtmf_turns += 1
@@ -797,57 +732,6 @@ class Call:
         await self.drain()
 
 
-class CallOwnership:
-    """Which surface process holds each live call: `<connection id>` → owner, in a KV
-    bucket whose entries expire after `ttl_s` unless the owner refreshes them."""
-
-    def __init__(self, kv: KeyValue, owner: str, ttl_s: float) -> None:
-        self.kv = kv
-        self.owner = owner
-        self.ttl_s = ttl_s
-        self._held: set[str] = set()
-        self._beat: asyncio.Task[None] | None = None
-
-    async def claim(self, connection_id: str) -> None:
-        """This process carries the call (the latest attachment of a call id wins)."""
-        self._held.add(connection_id)
-        await self.kv.put(connection_id, self.owner.encode())
-        if self._beat is None or self._beat.done():
-            self._beat = asyncio.create_task(self._heartbeat())
-
-    async def release(self, connection_id: str) -> None:
-        """The call ended here."""
-        self._held.discard(connection_id)
-        with contextlib.suppress(Exception):
-            entry = await self.kv.get(connection_id)
-            if entry.value == self.owner.encode():
-                await self.kv.delete(connection_id)
-
-    async def owner_of(self, connection_id: str) -> str | None:
-        """The live owner of a call, or None when nobody refreshes it any more."""
-        try:
-            entry = await self.kv.get(connection_id)
-        except KeyNotFoundError:
-            return None
-        return entry.value.decode() if entry.value else None
-
-    async def _heartbeat(self) -> None:
-        while self._held:
-            await asyncio.sleep(self.ttl_s / 3)
-            for connection_id in list(self._held):
-                try:
-                    await self.kv.put(connection_id, self.owner.encode())
-                except Exception:
-                    log.exception("call %s: ownership not refreshed", connection_id)
-
-    async def close(self) -> None:
-        """Stop refreshing (the keys then expire)."""
-        if self._beat is not None:
-            self._beat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._beat
-
-
 @dataclass
 class CallRegistry:
     """The calls attached to this process, by session (the latest call wins)."""
@@ -874,339 +758,3 @@ class CallRegistry:
 
 
 # ---------------------------------------------------------------------- routes
-
-
-SessionLookup = Callable[[str, str | None], Awaitable[SessionState]]
-
-
-@dataclass
-class Telephony:
-    """The routes' dependencies."""
-
-    registry: CallRegistry
-    ports: SpeechPorts | None
-    find_session: SessionLookup
-    open_session: Callable[[str, str], Awaitable[SessionState]]
-    default_tenant: str = "default"
-    trust: TrustSettings = field(default_factory=TrustSettings)
-    ownership: CallOwnership | None = None
-    # Create-once claims of used call tickets (a replay fails on every surface).
-    tickets: KeyValue | None = None
-    clock: Callable[[], float] = time.time
-    # The periodic sweep of calls whose owner died (see `deliveries`).
-    sweeper: asyncio.Task[None] | None = None
-
-
-def _caller_id(raw: str | None) -> str | None:
-    if not raw:
-        return None
-    digits = re.sub(r"[^A-Za-z0-9_.-]", "", raw)
-    return f"tel-{digits}"[:64] if digits else None
-
-
-class StreamRefused(Exception):
-    """A `start` that opens nothing: closed with `code`, counted under `reason`."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
-_unsafe_stream_url_logged = False
-
-
-async def _webhook_form(request: Request) -> list[tuple[str, str]] | Response:
-    """Every (key, value) of the webhook's form, or the problem answer for a bad body."""
-    size = 0
-    chunks: list[bytes] = []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > _MAX_WEBHOOK_BYTES:
-            return problem(413, "Payload too large", f"the form exceeds {_MAX_WEBHOOK_BYTES} bytes")
-        chunks.append(chunk)
-    try:
-        return form_pairs(b"".join(chunks))
-    except UnicodeDecodeError:
-        return problem(400, "Bad request", "the form is not UTF-8")
-
-
-def _stream_parameters(
-    telephony: Telephony, query: Any, form: dict[str, str]
-) -> dict[str, str] | Response:
-    """The `<Parameter>`s of the TwiML: a session to continue, or the caller to open one."""
-    if query.get("session_id") or query.get("token"):
-        session_id, token = query.get("session_id", ""), query.get("token", "")
-        if not _ID.match(session_id) or not token or len(token) > 128:
-            return problem(400, "Bad request", "session_id and token must both be valid")
-        return {"session_id": session_id, "token": token}
-    user = query.get("user_id") or _caller_id(form.get("From")) or "caller"
-    tenant = query.get("tenant_id") or telephony.default_tenant
-    if not _ID.match(user) or not _ID.match(tenant):
-        return problem(400, "Bad request", "user_id and tenant_id must be ids of 1-64 characters")
-    return {"user_id": user, "tenant_id": tenant}
-
-
-def build_telephony_router(telephony: Telephony) -> APIRouter:
-    """`POST /v1/telephony/twilio/voice` and `WS /v1/telephony/twilio`."""
-    router = APIRouter()
-
-    @router.post("/v1/telephony/twilio/voice")
-    async def voice(request: Request) -> Response:
-        global _unsafe_stream_url_logged  # noqa: PLW0603 - one log line per process
-        pairs = await _webhook_form(request)
-        if isinstance(pairs, Response):
-            return pairs
-        trust = telephony.trust
-        peer = request.client.host if request.client else None
-        url = public_url(trust, str(request.url), peer, request.headers)
-        if trust.signed:
-            signature = request.headers.get(SIGNATURE_HEADER)
-            if not trust.verify(url, pairs, signature, request.headers.get(SETTINGS_HEADER)):
-                # The query may carry a session token: only the origin and path are logged.
-                log.warning(
-                    "telephony: voice webhook refused: no valid signature for %s",
-                    url.split("?", 1)[0],
-                )
-                return problem(403, "Forbidden", "bad Twilio signature")
-        elif not is_local(peer, request.headers):
-            return problem(
-                403, "Forbidden", "TWILIO_AUTH_TOKEN is not set: only local requests are served"
-            )
-        form = dict(pairs)
-        custom = _stream_parameters(telephony, request.query_params, form)
-        if isinstance(custom, Response):
-            return custom
-        if trust.signed:
-            call_sid = form.get("CallSid", "")
-            if not call_sid:
-                return problem(400, "Bad request", "the form has no CallSid")
-            custom[TICKET] = issue_ticket(
-                trust.ticket_key, call_sid, custom, now=telephony.clock(), ttl_s=trust.ticket_ttl_s
-            )
-        target = stream_url(url, STREAM_PATH)
-        unsafe = target.startswith("ws://") and not is_local(peer, request.headers)
-        if unsafe and not _unsafe_stream_url_logged:
-            _unsafe_stream_url_logged = True
-            log.warning(
-                "telephony: the TwiML points the stream at %s; Twilio only connects to "
-                "wss:// (set HOLDLINE_PUBLIC_URL or HOLDLINE_TRUSTED_PROXIES)", target
-            )
-        parameters = "".join(
-            f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in custom.items()
-        )
-        twiml = (
-            '<?xml version="1.0" encoding="UTF-8"?><Response><Connect>'
-            f"<Stream url={quoteattr(target)}>{parameters}</Stream>"
-            "</Connect></Response>"
-        )
-        return Response(twiml, media_type="application/xml")
-
-    @router.websocket(STREAM_PATH)
-    async def stream(websocket: WebSocket) -> None:
-        trust = telephony.trust
-        peer = websocket.client.host if websocket.client else None
-        if trust.signed:
-            url = public_url(trust, str(websocket.url), peer, websocket.headers)
-            signature = websocket.headers.get(SIGNATURE_HEADER)
-            if not trust.verify(url, [], signature, websocket.headers.get(SETTINGS_HEADER)):
-                log.warning(
-                    "telephony: stream refused: no valid signature for %s", url.split("?", 1)[0]
-                )
-                await websocket.close(code=4403)
-                return
-        await websocket.accept()
-        await _run_stream(telephony, websocket, local=is_local(peer, websocket.headers))
-
-    return router
-
-
-@dataclass
-class _Stream:
-    """One WebSocket's progress: the call once `start` arrived, and how it ended."""
-
-    telephony: Telephony
-    websocket: WebSocket
-    # A loopback peer with no proxy in between (may open sessions without an auth token).
-    local: bool = False
-    call: Call | None = None
-    early: dict[str, int] = field(default_factory=dict)
-    refused: int = 4404
-
-    def reject(self, reason: str) -> None:
-        if self.call is not None:
-            self.call.reject(reason)
-            return
-        self.early[reason] = self.early.get(reason, 0) + 1
-        FRAMES_REJECTED.labels(reason=reason).inc()
-        log.warning("telephony: frame dropped before start (%s)", reason)
-
-    async def handle(self, raw: str) -> str | None:
-        """One text frame; returns why the stream ends, or None to keep reading."""
-        event, frame = parse_frame(raw)
-        call = self.call
-        if event == "start" and call is None:
-            try:
-                self.call = await _start(self.telephony, self.websocket, frame, local=self.local)
-            except StreamRefused as exc:
-                FRAMES_REJECTED.labels(reason=exc.reason).inc()
-                log.warning("telephony: start refused (%s), closing %d", exc.reason, exc.code)
-                self.refused = exc.code
-                return "refused"
-            return None
-        if event == "stop":
-            return "stop"
-        if event == "media":
-            if call is None:
-                raise FrameError("media_before_start")
-            await call.on_media(media_payload(frame))
-        elif event == "mark":
-            mark = frame.get("mark")
-            name = _text(mark.get("name")) if isinstance(mark, dict) else None
-            if not name:
-                raise FrameError("missing_mark_name")
-            if call is not None:
-                call.on_mark(name)
-        elif event == "dtmf":
-            dtmf = frame.get("dtmf")
-            digit = _text(dtmf.get("digit")) if isinstance(dtmf, dict) else None
-            if not digit or len(digit) != 1 or digit not in "0123456789*#":
-                raise FrameError("bad_dtmf")
-            if call is not None:
-                call.on_dtmf(digit)
-        elif event not in ("connected", "start"):
-            raise FrameError("unknown_event")
-        return None
-
-
-async def _run_stream(telephony: Telephony, websocket: WebSocket, *, local: bool) -> None:
-    state = _Stream(telephony, websocket, local=local)
-    reason = "disconnected"
-    try:
-        while True:
-            message = await websocket.receive()
-            if message["type"] == "websocket.disconnect":
-                break
-            raw = message.get("text")
-            if raw is None:
-                state.reject("binary_frame")
-                continue
-            if len(raw) > _MAX_FRAME_CHARS:
-                # Twilio's messages are well under a kilobyte; parsing a huge one (or its
-                # audio) would stall every call of this process.
-                state.reject("frame_too_large")
-                reason = "frame_too_large"
-                await websocket.close(code=1009, reason="frame too large")
-                break
-            try:
-                ended = await state.handle(raw)
-            except FrameError as exc:
-                state.reject(exc.reason)
-                continue
-            if ended is not None:
-                reason = ended
-                break
-        if reason == "refused":
-            await websocket.close(code=state.refused)
-        elif reason == "stop":
-            # The phone is done: close the stream with a close frame rather than drop it.
-            await websocket.close(code=1000)
-    except WebSocketDisconnect:
-        reason = "disconnected"
-    finally:
-        call = state.call
-        if call is not None:
-            for key, count in state.early.items():
-                call.rejected[key] = call.rejected.get(key, 0) + count
-            telephony.registry.detach(call)
-            await call.hang_up(reason)
-            if telephony.ownership is not None:
-                await telephony.ownership.release(call.connection_id)
-
-
-async def _claim_ticket(telephony: Telephony, nonce: str) -> None:
-    """Use the ticket up, on every surface at once; StreamRefused when it was used before."""
-    if telephony.tickets is None:
-        raise StreamRefused(4403, "ticket_unverifiable")
-    try:
-        await telephony.tickets.create(f"t.{nonce}", b"used")
-    except KeyWrongLastSequenceError:
-        raise StreamRefused(4403, "ticket_replayed") from None
-    except Exception as exc:  # noqa: BLE001 - a claim that cannot be made refuses the call
-        log.warning("telephony: ticket claim failed: %r", exc)
-        raise StreamRefused(4403, "ticket_unverifiable") from None
-
-
-async def _start(
-    telephony: Telephony, websocket: WebSocket, frame: dict[str, Any], *, local: bool
-) -> Call:
-    """The call a `start` opens, or StreamRefused (before anything is stored)."""
-    start = frame.get("start")
-    if not isinstance(start, dict) or telephony.ports is None:
-        raise FrameError("bad_start")
-    params = text_params(start.get("customParameters"))
-    if params is None:
-        raise StreamRefused(4403, "bad_parameters")
-    raw_call_sid = _text(start.get("callSid")) or ""
-    stream_sid = _text(start.get("streamSid")) or _text(frame.get("streamSid")) or new_id("MZ")
-    call_sid = re.sub(r"[^A-Za-z0-9_-]", "", raw_call_sid)[:64] or new_id("CA")
-    trust = telephony.trust
-    nonce: str | None = None
-    if trust.signed and params.get(TICKET):
-        # Present: it must be ours, for this call and exactly these parameters.
-        try:
-            nonce = check_ticket(
-                trust.ticket_key, params[TICKET], raw_call_sid, params, now=telephony.clock()
-            )
-        except TicketRefused as exc:
-            raise StreamRefused(4403, exc.reason) from None
-    session: SessionState | None = None
-    if params.get("session_id"):
-        try:
-            session = await telephony.find_session(params["session_id"], params.get("token"))
-        except Exception:  # noqa: BLE001 - any lookup failure refuses the call the same way
-            session = None
-        if session is None or session.closed:
-            raise StreamRefused(4404, "unknown_session")
-    elif trust.signed and nonce is None:
-        raise StreamRefused(4403, "ticket_missing")
-    elif not trust.signed and not local:
-        raise StreamRefused(4403, "not_local")
-    if nonce is not None:
-        await _claim_ticket(telephony, nonce)
-    if session is None:
-        user = params.get("user_id", "")
-        tenant = params.get("tenant_id") or telephony.default_tenant
-        if not _ID.match(user) or not _ID.match(tenant):
-            raise StreamRefused(4404, "bad_caller")
-        session = await telephony.open_session(user, tenant)
-    call = Call(websocket, session, stream_sid, call_sid, telephony.ports)
-    if telephony.ownership is not None:
-        await telephony.ownership.claim(call.connection_id)
-    telephony.registry.attach(call)
-    call.interaction(ChannelConnected(channel="voice", connection_id=call.connection_id))
-    CALLS.labels(outcome="started").inc()
-    return call
-
-
-def opened_session_event(user_id: str, tenant_id: str, agent: str) -> SessionOpened:
-    """A phone-opened session: its token is never shown, only a later chat could not use it."""
-    return SessionOpened(
-        user_id=user_id, tenant_id=tenant_id, agent=agent, token_hash=hash_token(new_token())
-    )
-
-
-async def append_control(
-    js: Any, topology: Any, session_id: str, event: ControlEvent, **ids: Any
-) -> None:
-    """Append a control event to the session's control subject."""
-    env: Envelope[ControlEvent] = Envelope(
-        event_id=new_id("ev"), occurred_at=_now(), session_id=session_id, event=event, **ids
-    )
-    await append(js, CONTROL, topology.control_subject(session_id), env)
-    metrics.EVENTS_PUBLISHED.labels(stream="control").inc()
-
-
-def telephony_settings() -> TrustSettings:
-    """What the edge trusts, from the environment (TelephonyMisconfigured when unusable)."""
-    return TrustSettings.from_env()

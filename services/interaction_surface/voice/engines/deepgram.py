@@ -14,6 +14,8 @@ lists the settings. Both speak the vendor's public wire protocol:
 One WebSocket per utterance (the surface opens a recognizer when the VAD confirms speech),
 so an idle call holds no vendor connection. Every wait is bounded: handshakes, reads,
 retries and the final flush.
+
+A little over 400 lines: one vendor's two protocols and their shared config and errors.
 """
 
 from __future__ import annotations
@@ -34,9 +36,9 @@ from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidSta
 
 from libs.config import env_float, env_int, env_str
 
-from .codec import RATE, pcm16_to_ulaw
-from .floor import Word
-from .speech import SpeechError
+from ..codec import RATE, pcm16_to_ulaw
+from ..floor import Word
+from .base import SpeechError
 
 log = logging.getLogger(__name__)
 

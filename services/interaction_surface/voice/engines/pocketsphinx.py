@@ -21,9 +21,9 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .codec import Resampler, silence_ulaw, ulaw_to_pcm16
-from .floor import Word
-from .speech import SpeechError
+from ..codec import Resampler, silence_ulaw, ulaw_to_pcm16
+from ..floor import Word
+from .base import SpeechError
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,7 @@
+"""The voice channel: Twilio media streams, the call shell, floor decisions, speech engines.
+
+Pure (no I/O): codec.py, floor.py, turn_taking.py, dtmf.py, playback.py, trust.py; the
+VAD (vad.py) runs models but decides nothing about the conversation. Shells: call.py (one
+call), twilio.py (routes, frames, the stream loop), ownership.py (the hl_calls KV),
+wiring.py; settings.py reads every voice variable once; engines/ holds the speech engines.
+"""

@@ -1,0 +1,1 @@
+"""Speech engines: interfaces (base.py), espeak-ng, pocketsphinx, Deepgram, the registry."""
