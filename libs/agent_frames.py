@@ -1,4 +1,4 @@
-"""The Agent API's WebSocket frames (DESIGN §6b), and their AsyncAPI document.
+"""The Agent API's WebSocket frames (docs/contract.md §6b), and their AsyncAPI document.
 
 `WS /v1/sessions/{id}/agent` carries JSON text frames tagged on `type`. The surface decodes
 what the agent sends with `CLIENT_FRAME` and encodes what it pushes from these very structs,
@@ -150,7 +150,7 @@ def asyncapi_document() -> dict[str, Any]:
             "surface": {
                 "host": "127.0.0.1:8080",
                 "protocol": "ws",
-                "description": "The interaction surface (DESIGN §6 ports).",
+                "description": "The interaction surface (docs/contract.md §6 ports).",
             }
         },
         "defaultContentType": "application/json",

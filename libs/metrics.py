@@ -1,4 +1,5 @@
-"""Every measure of DESIGN §9, declared once per process so each family exists from start-up.
+"""Every measure of docs/contract.md §9, declared once per process so each family
+exists from start-up.
 
 Labels are bounded (tool, channel, decision, outcome, stream); never session or user ids.
 """

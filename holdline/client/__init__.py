@@ -1,4 +1,4 @@
-"""Typed async client for holdline's Agent API (DESIGN §6b).
+"""Typed async client for holdline's Agent API (docs/contract.md §6b).
 
 Depends on httpx, msgspec and websockets only (`pip install 'holdline[client]'`), never on
 the runtime's packages, so an agent process carries nothing of the server.

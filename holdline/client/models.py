@@ -1,4 +1,4 @@
-"""The Agent API's messages as typed structs (DESIGN §6b); decoding is strict on types and
+"""The Agent API's messages as typed structs (docs/contract.md §6b); decoding is strict on types and
 tolerant of fields a newer server adds."""
 
 from __future__ import annotations

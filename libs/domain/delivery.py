@@ -1,4 +1,5 @@
-"""Delivery projection: the lifecycle of one message to the user, per DESIGN §6 statuses."""
+"""Delivery projection: the lifecycle of one message to the user, per the §6
+statuses of docs/contract.md."""
 
 from __future__ import annotations
 

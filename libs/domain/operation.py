@@ -1,4 +1,4 @@
-"""The operation state machine of DESIGN §4, as a pure fold over operation events.
+"""The operation state machine of docs/contract.md §4, as a pure fold over operation events.
 
 `evolve` refuses an illegal transition with `IllegalTransition`; it never guesses. The one
 rule worth stating twice: a non-idempotent operation whose last mutation may have been sent

@@ -1,4 +1,5 @@
-"""The envelope every event travels in: identities (DESIGN §3), schema version and time."""
+"""The envelope every event travels in: identities (docs/contract.md §3), schema version
+and time."""
 
 from __future__ import annotations
 

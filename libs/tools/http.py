@@ -1,4 +1,4 @@
-"""The executor of HTTP tools declared in a file (DESIGN §7b): any API, no code.
+"""The executor of HTTP tools declared in a file (docs/contract.md §7b): any API, no code.
 
 Every mutation carries the operation's idempotency key in the declared header. 2xx is
 committed (the JSON body is the result), 202 is accepted for async completion (a signed

@@ -1,4 +1,5 @@
-"""HTTP tools from a TOML file (`HOLDLINE_TOOLS_FILE`, DESIGN §7b): a declaration with no code.
+"""HTTP tools from a TOML file (`HOLDLINE_TOOLS_FILE`, docs/contract.md §7b): a declaration with
+no code.
 
 Each `[[tools]]` entry becomes a `ToolDeclaration` and an `HttpExecutor`. The file is checked
 whole at start-up; every message names the file, the entry and the field, and the service

@@ -1,5 +1,5 @@
-"""The Agent API's routes (DESIGN §6b): tools, tool calls, signals, pending updates, acks, and
-the agent's WebSocket. Same sessions, tokens and problem+json as the chat API (`api.py`);
+"""The Agent API's routes (docs/contract.md §6b): tools, tool calls, signals, pending updates, acks,
+and the agent's WebSocket. Same sessions, tokens and problem+json as the chat API (`api.py`);
 the channel's mechanics live in `agent_channel.py`, admission in `tool_calls.py`.
 
 WebSocket frames in: `signal` and `delivery.ack` (as the HTTP bodies, plus `type`). Out:

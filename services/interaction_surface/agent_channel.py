@@ -1,4 +1,4 @@
-"""The agent channel (DESIGN §6b): an external agent plays the part a phone call plays.
+"""The agent channel (docs/contract.md §6b): an external agent plays the part a phone call plays.
 
 It reuses the call's events rather than inventing parallel ones:
 

@@ -1,4 +1,5 @@
-"""The chat API of DESIGN §6: sessions, turns, snapshot, timeline, stream, activity, handoff.
+"""The chat API of docs/contract.md §6: sessions, turns, snapshot, timeline, stream, activity,
+handoff.
 
 Bodies are read with a byte limit (a larger body is drained and answered 413, so the client
 always gets its answer) and decoded with msgspec into strict types: malformed JSON or

@@ -115,7 +115,8 @@ def build_snapshot(
     *,
     label: Labeller = generic_label,
 ) -> dict[str, Any]:
-    """The session snapshot of DESIGN §6 (`label` words operations, from their declarations)."""
+    """The session snapshot of docs/contract.md §6 (`label` words operations, from their
+    declarations)."""
     snapshot: dict[str, Any] = {
         "session_id": state.session_id,
         "agent": state.agent,

@@ -49,8 +49,9 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
-        # DESIGN §9's truthfulness measure, where the truth is: the ledger knows each effect's
-        # key even when idempotency is not honoured, so a second effect for one key counts.
+        # The truthfulness measure of docs/contract.md §9, where the truth is: the ledger
+        # knows each effect's key even when idempotency is not honoured, so a second effect
+        # for one key counts.
         self.duplicate_effects = Counter(
             "holdline_duplicate_side_effects",
             "Side effects beyond the first for one idempotency key (the ledger's duplicates).",

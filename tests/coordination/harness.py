@@ -248,8 +248,10 @@ class Scripted:
             key = env.delivery_id or ""
             try:
                 states[key] = delivery_domain.evolve(states.get(key), env)
-            except delivery_domain.IllegalDeliveryTransition:
-                continue
+            except delivery_domain.IllegalDeliveryTransition as exc:
+                # The real services wrote it: an illegal transition on the stream is a bug
+                # the test must report, not skip.
+                raise AssertionError(f"illegal delivery transition on the stream: {exc}") from exc
         return states
 
     async def delivery(self, session: str, delivery: str) -> DeliveryState | None:

@@ -137,7 +137,7 @@ async def closed_once(
     statuses: dict[str, str],
     *,
     said_as: str = "delivered",
-    quiet_s: float = 0.3,
+    quiet_s: float = 2.5,
 ) -> tuple[Durable, dict[str, Any]]:
     """The batch ended in exactly one closing, said once, after every member's end.
 
@@ -145,7 +145,9 @@ async def closed_once(
     Returns the durable record and the closing message the user saw.
     """
     delivery = await final_said(chat, batch_id, said_as)
-    # Anything late (a duplicate callback, a redelivery) has had its chance to show.
+    # Anything late (a duplicate callback, a redelivery) has had its chance to show: the
+    # window outlasts the stack's ack wait (HOLDLINE_ACK_WAIT_S=2 in tests/support/stack.py),
+    # after which an unacknowledged message is redelivered.
     await asyncio.sleep(quiet_s)
     record = await durable(stack, chat.session_id)
     assert {op: record.status(op) for op in statuses} == statuses

@@ -181,21 +181,26 @@ async def test_crash_between_committed_and_the_acknowledgement_to_the_user(
 ) -> None:
     coordinator = stack.procs["batch_coordinator"]
     coordinator.kill9()
-    coordinator.env["HOLDLINE_CRASH_POINTS"] = "coordinator.after_claim"
-    await asyncio.to_thread(coordinator.start)
-    chat = await open_chat(client)
-    name = unique("sonar")
-    batch, [op] = ids(await chat.say(f"give me access to {name}"))
-    assert coordinator.proc is not None
-    # kill -9 at the point: committed, the closing claimed, nothing said yet.
-    await asyncio.to_thread(coordinator.proc.wait, 20)
-    assert coordinator.proc.returncode == -signal.SIGKILL
-    record = await durable(stack, chat.session_id)
-    assert record.status(op) == "committed"
-    assert record.finals(batch) == []
-    assert [m for m in (await chat.snapshot())["messages"] if m["delivery_id"]] == []
-    del coordinator.env["HOLDLINE_CRASH_POINTS"]
-    await asyncio.to_thread(coordinator.start)
+    # Disarmed in `finally`: a failed assertion must not leave the shared stack with a
+    # coordinator armed to die at every claim.
+    try:
+        coordinator.env["HOLDLINE_CRASH_POINTS"] = "coordinator.after_claim"
+        await asyncio.to_thread(coordinator.start)
+        chat = await open_chat(client)
+        name = unique("sonar")
+        batch, [op] = ids(await chat.say(f"give me access to {name}"))
+        assert coordinator.proc is not None
+        # kill -9 at the point: committed, the closing claimed, nothing said yet.
+        await asyncio.to_thread(coordinator.proc.wait, 20)
+        assert coordinator.proc.returncode == -signal.SIGKILL
+        record = await durable(stack, chat.session_id)
+        assert record.status(op) == "committed"
+        assert record.finals(batch) == []
+        assert [m for m in (await chat.snapshot())["messages"] if m["delivery_id"]] == []
+    finally:
+        coordinator.env.pop("HOLDLINE_CRASH_POINTS", None)
+        coordinator.kill9()  # a no-op once the crash point has fired
+        await asyncio.to_thread(coordinator.start)
     record, closing = await closed_once(stack, chat, batch, {op: "committed"})
     assert closing["text"] == f"All done: {name}."
     assert await effects_of(stack, name) == {name: 1}
