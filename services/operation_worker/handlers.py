@@ -75,7 +75,7 @@ from .domain import (
     policy,
     started,
 )
-from .lease import Lease, acquire
+from .lease import Lease, acquire, expires_in
 from .settings import Settings
 
 log = logging.getLogger(__name__)
@@ -254,7 +254,11 @@ class Worker:
             op = await self._load(session_id, operation_id)
             if op is None or op.state.terminal:
                 return None
-            await asyncio.sleep(self._settings.poll_interval_s * 4)
+            # Wake right at the holder's expiry (a dead worker's operation is taken over
+            # then, not up to a poll later); a live holder has renewed it by that time.
+            left = await expires_in(self._leases, operation_id)
+            poll = self._settings.poll_interval_s * 4
+            await asyncio.sleep(poll if left is None else min(poll, max(0.02, left + 0.01)))
         return lease
 
     async def _running_slot(self, op: _Op) -> Lease | None:
@@ -287,7 +291,7 @@ class Worker:
 
         The lease is short (a dead worker's operation is taken over seconds later), so a
         renewal that fails on a broker hiccup (a reconnect, an election) must not end the
-        loop: the next one a second later keeps the lease, well inside its ttl.
+        loop: the next one half a second later keeps the lease, well inside its ttl.
         """
         while True:
             await asyncio.sleep(self._settings.lease_renew_s)
