@@ -405,12 +405,15 @@ def recovery(benchmarks: dict[str, Json]) -> list[str]:
     found = benchmarks.get("recovery")
     if not found or "per_kind" not in found:
         return []
+    # A partial run (`--kinds`) leaves trials_per_kind empty: each kind's row says its own.
+    trials = found.get("trials_per_kind")
+    per = f"{trials} trials per kind" if trials else "trials per kind as listed"
     lines = [
         "",
         "## Recovery: kill -9 mid-batch → closing, beyond the provider latency",
         "",
         f"Provider latency {found['provider_latency_ms']} ms, default timings, "
-        f"{found['trials_per_kind']} trials per kind; target p99 {found['target_p99_s']} s.",
+        f"{per}; target p99 {found['target_p99_s']} s.",
         "",
         "| process killed | trials | p50 s | p99 s |",
         "|---|---:|---:|---:|",

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse, Response
 
 from libs import metrics, tracing
 from libs.bus import Context, DurableConsumer
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK
 from libs.domain import TERMINAL
 from libs.events import OPERATIONS, WORK
 from libs.problems import install_problem_handlers, problem
@@ -43,6 +44,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 registry,
                 settings,
                 leases=runtime.bucket("leases"),
+                # The process's one clock and id factory, chosen here at its root.
+                clock=SYSTEM_CLOCK,
+                ids=RANDOM_IDS,
             )
         return holder["w"]
 

@@ -6,6 +6,9 @@ Two consumers and one HTTP route feed it:
 - callbacks: the provider's signed async completions.
 Every append names the subject sequence it was decided from, so two writers never both win;
 the loser reloads and decides again from the new truth.
+
+About 500 lines: each piece of I/O the worker does (leases, slots, the executor's four
+calls, the DLQ, callbacks) has its short method here; every decision is in `domain.py`.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ import random
 import re
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 import msgspec
 from nats.js import JetStreamContext
@@ -33,21 +36,16 @@ from libs.bus import (
     append,
     load,
 )
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.crash import crash_point
 from libs.domain import OperationState, OpStatus, operation
 from libs.events import (
     OPERATIONS,
     WORK,
-    CancelOperation,
     Envelope,
     OperationAttempted,
-    OperationCancelled,
-    OperationCancelRefused,
     OperationDeadLettered,
     OperationEvent,
-    OperationFailedFinal,
-    OperationProgress,
-    OperationReconciled,
     OperationRetryScheduled,
     OperationStarted,
     OperationUnknown,
@@ -55,15 +53,33 @@ from libs.events import (
 )
 from libs.tools import CallbackResult, OperationCall, ToolDeclaration, ToolRegistry
 
-from .domain import RetryBudget, after_attempt, after_lookup, completion_events, policy
-from .lease import Lease, acquire
+from .domain import (
+    Attempt,
+    AwaitCompletion,
+    CancelAtProvider,
+    DeadLetterIt,
+    Emit,
+    PollProvider,
+    Reconcile,
+    RetryBudget,
+    Stop,
+    Wait,
+    after_attempt_budgeted,
+    after_cancel,
+    after_poll,
+    after_reconcile,
+    attempted,
+    await_completion,
+    completion_events,
+    next_step,
+    policy,
+    started,
+)
+from .lease import Lease, acquire, expires_in
 from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-# How long past its deadline an unresolved operation is still watched before an operator
-# has to look at it (it is then dead-lettered with its full history).
-_GRACE_S = 60.0
 # An operation id is one subject token: anything else in a callback names no operation.
 _OPERATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
@@ -96,12 +112,16 @@ class Worker:
         settings: Settings,
         *,
         leases: KeyValue,
+        clock: Clock = SYSTEM_CLOCK,
+        ids: Ids = RANDOM_IDS,
     ) -> None:
         self._js = js
         self._topology = topology
         self._registry = registry
         self._settings = settings
         self._leases = leases
+        self._clock = clock
+        self._ids = ids
         self._budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min)
         # Jitter only, never security: a plain PRNG is the right tool.
         self._rand = random.Random()  # noqa: S311
@@ -127,8 +147,8 @@ class Worker:
             env = operation.envelope_for(
                 state,
                 event,
-                event_id=f"ev_{self._rand.getrandbits(80):020x}",
-                now=datetime.now(UTC),
+                event_id=self._ids.new("ev"),
+                now=self._clock.now(),
             )
             try:
                 ack = await append(
@@ -146,7 +166,7 @@ class Worker:
         match event:
             case OperationStarted(attempt=1) if state.admitted_at is not None:
                 metrics.OPERATION_ACCEPT_TO_START.labels(tool).observe(
-                    (datetime.now(UTC) - state.admitted_at).total_seconds()
+                    (self._clock.now() - state.admitted_at).total_seconds()
                 )
             case OperationAttempted(outcome=outcome) if outcome.startswith("timeout"):
                 metrics.TIMEOUTS.labels(tool, outcome.removeprefix("timeout_")).inc()
@@ -157,7 +177,7 @@ class Worker:
         if state.terminal and state.admitted_at is not None:
             metrics.OPERATIONS_TERMINAL.labels(tool, state.status.value).inc()
             metrics.OPERATION_DURATION.labels(tool, state.status.value).observe(
-                (datetime.now(UTC) - state.admitted_at).total_seconds()
+                (self._clock.now() - state.admitted_at).total_seconds()
             )
             if state.status is OpStatus.CANCELLED:
                 metrics.CANCELLATIONS_CONFIRMED.labels(tool).inc()
@@ -234,7 +254,11 @@ class Worker:
             op = await self._load(session_id, operation_id)
             if op is None or op.state.terminal:
                 return None
-            await asyncio.sleep(self._settings.poll_interval_s * 4)
+            # Wake right at the holder's expiry (a dead worker's operation is taken over
+            # then, not up to a poll later); a live holder has renewed it by that time.
+            left = await expires_in(self._leases, operation_id)
+            poll = self._settings.poll_interval_s * 4
+            await asyncio.sleep(poll if left is None else min(poll, max(0.02, left + 0.01)))
         return lease
 
     async def _running_slot(self, op: _Op) -> Lease | None:
@@ -258,7 +282,7 @@ class Worker:
                 or fresh.state.status is OpStatus.CANCEL_REQUESTED
             ):
                 return None
-            if fresh.state.deadline_at is not None and datetime.now(UTC) >= fresh.state.deadline_at:
+            if fresh.state.deadline_at is not None and self._clock.now() >= fresh.state.deadline_at:
                 return None
             await asyncio.sleep(self._settings.poll_interval_s)
 
@@ -267,7 +291,7 @@ class Worker:
 
         The lease is short (a dead worker's operation is taken over seconds later), so a
         renewal that fails on a broker hiccup (a reconnect, an election) must not end the
-        loop: the next one a second later keeps the lease, well inside its ttl.
+        loop: the next one half a second later keeps the lease, well inside its ttl.
         """
         while True:
             await asyncio.sleep(self._settings.lease_renew_s)
@@ -296,81 +320,61 @@ class Worker:
         raise RuntimeError(f"operation {operation_id} did not settle")
 
     async def _step(self, op: _Op, command: WorkCommand) -> bool:
-        """One decision and its appends; True when this worker is done with the operation."""
-        state = op.state
-        declaration = self._registry.tool(state.tool)
-        now = datetime.now(UTC)
-        if self._hopeless(state, now):
-            await self._dead_letter(op, "unresolved past its deadline; an operator must decide")
-            return True
-        match state.status:
-            case OpStatus.AWAITING_CONFIRMATION | OpStatus.REQUESTED:
+        """One decision and its execution; True when this worker is done with the operation."""
+        declaration = self._registry.tool(op.state.tool)
+        step = next_step(op.state, command, self._clock.now())
+        match step:
+            case Stop():
                 return True
-            case OpStatus.CANCEL_REQUESTED:
+            case DeadLetterIt(reason=reason):
+                await self._dead_letter(op, reason)
+                return True
+            case Emit():
+                return await self._emit(op, step)
+            case Wait(until=until):
+                await self._sleep_until(op, until)
+                return False
+            case Attempt():
+                return await self._attempt(op, declaration)
+            case CancelAtProvider():
                 return await self._cancel(op, declaration)
-            case OpStatus.UNKNOWN:
+            case Reconcile():
                 return await self._reconcile(op, declaration)
-            case OpStatus.RUNNING if state.awaiting_async:
+            case AwaitCompletion():
                 return await self._await_async(op, declaration)
-            case OpStatus.RUNNING if not state.idempotent:
-                # A worker died mid-attempt of a non-idempotent call: it may have been sent.
-                await self._append(op, OperationUnknown(reason="worker stopped during an attempt"))
-                return False
-            case OpStatus.FAILED_RETRYABLE if state.retry_at and state.retry_at > now:
-                await self._sleep_until(op, state.retry_at)
-                return False
-        if isinstance(command, CancelOperation) and state.status is OpStatus.ADMITTED:
-            return True
-        if state.deadline_at is not None and now >= state.deadline_at:
-            await self._append(
-                op,
-                OperationFailedFinal(reason="deadline", detail="not started before the deadline"),
-            )
-            return True
-        return await self._attempt(op, declaration)
 
-    def _hopeless(self, state: OperationState, now: datetime) -> bool:
-        if state.deadline_at is None or state.dead_lettered:
+    async def _emit(self, op: _Op, step: Emit | Wait) -> bool:
+        """Carry out a decider's Emit (append) or Wait (sleep); True when done."""
+        if isinstance(step, Wait):
+            await self._sleep_until(op, step.until)
             return False
-        return (now - state.deadline_at).total_seconds() > _GRACE_S
+        await self._append(op, *step.events)
+        return step.done
+
+    @property
+    def _recheck_s(self) -> float:
+        return self._settings.poll_interval_s * 4
 
     async def _attempt(self, op: _Op, declaration: ToolDeclaration) -> bool:
-        state = op.state
-        attempt = state.attempts + 1
-        op = await self._append(
-            op, OperationStarted(worker_id=self._settings.worker_id, attempt=attempt)
-        )
+        op = await self._append(op, started(op.state, self._settings.worker_id))
+        attempt = op.state.attempts
         crash_point("worker.after_started")
         if attempt == 1:
             self._budget.record_first()
-        executor = self._registry.executor_for(state.tool)
+        executor = self._registry.executor_for(op.state.tool)
         result = await executor.execute(self._call(op.state), timeout_s=self._timeout(declaration))
         if result.outcome == "success":
             crash_point("worker.after_provider_commit")
-        recorded = OperationAttempted(
-            attempt=attempt,
-            outcome=result.outcome,
-            http_status=result.http_status,
-            duration_ms=round(result.duration_ms, 3),
-            retry_after_s=result.retry_after_s,
-            provider_ref=result.provider_ref,
-            detail=result.detail[:500],
-        )
-        decision = after_attempt(
+        decision = after_attempt_budgeted(
             op.state,
             declaration,
             result,
-            now=datetime.now(UTC),
+            now=self._clock.now(),
             draw=self._rand.random(),
-            budget_ok=True,
+            budget=self._budget,
             backoff_scale=self._settings.backoff_scale,
         )
-        retrying = any(isinstance(e, OperationRetryScheduled) for e in decision.events)
-        if retrying and not self._budget.try_spend():
-            decision = after_attempt(
-                op.state, declaration, result, now=datetime.now(UTC), draw=0.0, budget_ok=False
-            )
-        op = await self._append(op, recorded)
+        op = await self._append(op, attempted(attempt, result))
         crash_point("worker.after_attempt_recorded")
         op = await self._append(op, *decision.events)
         if op.state.status is OpStatus.FAILED_FINAL:
@@ -379,7 +383,7 @@ class Worker:
 
     async def _sleep_until(self, op: _Op, when: datetime) -> None:
         """Wait for a retry, waking early if the operation changes (a cancel, a callback)."""
-        deadline = time.monotonic() + max(0.0, (when - datetime.now(UTC)).total_seconds())
+        deadline = time.monotonic() + max(0.0, (when - self._clock.now()).total_seconds())
         while (left := deadline - time.monotonic()) > 0:
             await asyncio.sleep(min(left, self._settings.poll_interval_s))
             fresh = await self._load(op.state.session_id, op.state.operation_id)
@@ -388,102 +392,42 @@ class Worker:
 
     async def _await_async(self, op: _Op, declaration: ToolDeclaration) -> bool:
         """Wait for the provider's callback; poll once it is overdue."""
-        state = op.state
-        since = state.last_attempt_at or datetime.now(UTC)
-        waited = (datetime.now(UTC) - since).total_seconds()
-        if waited >= self._settings.progress_after_s and state.progress_notes == 0:
-            # A long wait gets one non-final update, so the conversation can say so.
-            await self._append(op, OperationProgress(message="accepted; waiting for confirmation"))
-            return False
-        if waited < self._settings.callback_overdue_s:
-            await self._sleep_until(
-                op,
-                datetime.now(UTC)
-                + _seconds(
-                    min(
-                        self._settings.poll_interval_s * 4,
-                        self._settings.callback_overdue_s - waited,
-                    )
-                ),
-            )
-            return False
-        executor = self._registry.executor_for(state.tool)
-        found = await executor.poll(self._call(state), timeout_s=self._timeout(declaration))
-        events = completion_events(found, "poll", cancel_requested=False)
-        if events:
-            op = await self._append(op, *events)
-            return True
-        await self._sleep_until(
-            op, datetime.now(UTC) + _seconds(self._settings.poll_interval_s * 4)
+        step = await_completion(
+            op.state,
+            self._clock.now(),
+            progress_after_s=self._settings.progress_after_s,
+            callback_overdue_s=self._settings.callback_overdue_s,
+            recheck_s=self._recheck_s,
         )
-        return False
+        if not isinstance(step, PollProvider):
+            return await self._emit(op, step)
+        executor = self._registry.executor_for(op.state.tool)
+        found = await executor.poll(self._call(op.state), timeout_s=self._timeout(declaration))
+        return await self._emit(
+            op, after_poll(found, now=self._clock.now(), recheck_s=self._recheck_s)
+        )
 
     async def _reconcile(self, op: _Op, declaration: ToolDeclaration) -> bool:
         """UNKNOWN: ask the system of record before anything is sent again."""
         executor = self._registry.executor_for(op.state.tool)
         found = await executor.lookup(self._call(op.state), timeout_s=self._timeout(declaration))
-        if found.state == "absent":
-            await self._append(op, OperationReconciled(detail="no effect at the provider"))
-            return False
-        events = after_lookup(op.state, found)
-        if events:
-            await self._append(op, *events)
-            return True
-        # Pending at the provider, or the provider is unreachable: look again shortly.
-        await self._sleep_until(
-            op, datetime.now(UTC) + _seconds(self._settings.poll_interval_s * 4)
+        return await self._emit(
+            op, after_reconcile(op.state, found, now=self._clock.now(), recheck_s=self._recheck_s)
         )
-        return False
 
     async def _cancel(self, op: _Op, declaration: ToolDeclaration) -> bool:
         """Cancel for real, and only report it once the state is confirmed."""
-        state = op.state
-        if state.attempts == 0 and state.before_cancel is not OpStatus.RUNNING:
-            # Nothing was ever sent: cancelling is purely ours to do. (Cancelled while RUNNING
-            # with no attempt recorded, a request may be at the provider: ask it below.)
-            await self._append(op, OperationCancelled(via="response"))
-            return True
-        executor = self._registry.executor_for(state.tool)
-        call = self._call(state)
+        executor = self._registry.executor_for(op.state.tool)
+        call = self._call(op.state)
         found = await (
             executor.cancel(call, timeout_s=self._timeout(declaration))
             if declaration.cancellable
             else executor.lookup(call, timeout_s=self._timeout(declaration))
         )
-        match found.state:
-            case "absent" | "cancelled":
-                await self._append(
-                    op,
-                    OperationCancelled(via="reconcile" if found.state == "absent" else "response"),
-                )
-                return True
-            case "committed":
-                events = completion_events(found, "reconcile", cancel_requested=True)
-                await self._append(
-                    op,
-                    *events,
-                    OperationCancelRefused(
-                        reason="already committed", compensating_tool=declaration.compensating_tool
-                    ),
-                )
-                return True
-            case "failed":
-                await self._append(
-                    op,
-                    OperationFailedFinal(
-                        reason="failed_at_provider", detail=found.detail, via="reconcile"
-                    ),
-                )
-                return True
-            case "pending" if not declaration.cancellable:
-                await self._append(
-                    op, OperationCancelRefused(reason=f"{state.tool} cannot be cancelled once sent")
-                )
-                return False
-        await self._sleep_until(
-            op, datetime.now(UTC) + _seconds(self._settings.poll_interval_s * 4)
+        decision = after_cancel(
+            op.state, declaration, found, now=self._clock.now(), recheck_s=self._recheck_s
         )
-        return False
+        return await self._emit(op, decision)
 
     async def _dead_letter(self, op: _Op, reason: str) -> None:
         """Terminal failure or an unresolvable operation: the DLQ gets its full history."""
@@ -503,7 +447,7 @@ class Worker:
             reason=reason,
             error=op.state.failure or "",
             payload=msgspec.json.encode([OPERATIONS.encode(e).decode() for e in history.events]),
-            dead_lettered_at=datetime.now(UTC),
+            dead_lettered_at=self._clock.now(),
         )
         subject = self._topology.dlq_subject(Context.OPERATIONS, op.state.session_id)
         await self._js.publish(
@@ -550,7 +494,6 @@ class Worker:
             return "applied"
         return "raced"
 
-
     async def _session_of(self, operation_id: str) -> str | None:
         """The session of an operation known only by id (a provider that echoes only our key)."""
         if not _OPERATION_ID.match(operation_id):
@@ -563,7 +506,3 @@ class Worker:
             operation.evolve,
         )
         return loaded.state.session_id if loaded.state is not None else None
-
-
-def _seconds(value: float) -> timedelta:
-    return timedelta(seconds=max(0.0, value))

@@ -4,10 +4,12 @@ JetStream already keeps a work message with one worker while it heartbeats; the 
 covers the rarer case of two copies of the work for the same operation (a redispatch after
 the duplicate window) so that the second copy backs off instead of racing the first.
 
-The lease is short (3 s by default) and heartbeated every second: a worker killed with
-`kill -9` stops renewing, its work message comes back after the (equally short) ack wait,
-and the next worker takes the lease over once it has expired, then reconciles before it
-sends anything again. A live worker never loses it to a slow handler.
+The lease is short (2 s by default) and heartbeated every half second: a worker killed with
+`kill -9` stops renewing, its work message comes back after the (3 s) ack wait, by which
+time the lease has expired, and the next worker takes it over (a waiting one wakes right at
+the expiry the value names, not a poll later), then reconciles before it sends anything
+again. A live worker never loses it to a slow handler: only four renewals failing in a row
+would let it lapse.
 """
 
 from __future__ import annotations
@@ -58,6 +60,19 @@ class Lease:
         """Give the lease up."""
         with contextlib.suppress(Exception):
             await self._kv.delete(self._key, last=self._revision)
+
+
+async def expires_in(kv: KeyValue, key: str) -> float | None:
+    """Seconds until the current holder's lease runs out (None: no lease, or unreadable)."""
+    try:
+        entry = await kv.get(key)
+    except NotFoundError:
+        return None
+    expires = (entry.value or b"").decode().partition("|")[2]
+    try:
+        return float(expires) - time.time()
+    except ValueError:
+        return None
 
 
 async def acquire(kv: KeyValue, key: str, owner: str, ttl_s: float) -> Lease | None:

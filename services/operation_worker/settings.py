@@ -3,8 +3,8 @@
 - `OPERATION_WORKER_HOST` / `OPERATION_WORKER_PORT` (127.0.0.1:8091): HTTP (probes, callbacks)
 - `HOLDLINE_WORKER_ID`: this worker's name in events (default: host-pid)
 - `HOLDLINE_CALLBACK_SECRET`: HMAC key of sandbox callbacks (read by its executor)
-- `HOLDLINE_LEASE_TTL_S` (3): how long a silent (dead) worker keeps an operation
-- `HOLDLINE_LEASE_RENEW_S` (1): how often a live worker renews the leases it holds
+- `HOLDLINE_LEASE_TTL_S` (2): how long a silent (dead) worker keeps an operation
+- `HOLDLINE_LEASE_RENEW_S` (0.5): how often a live worker renews the leases it holds
 - `HOLDLINE_CALLBACK_OVERDUE_S` (5): after this, an awaited async result is polled
 - `HOLDLINE_PROGRESS_AFTER_S` (10): an async wait this long gets one `operation.progress`
 - `HOLDLINE_POLL_INTERVAL_S` (0.25): how often a waiting operation re-reads its state
@@ -51,8 +51,8 @@ class Settings:
             bus=bus,
             http=HttpSettings.from_env("OPERATION_WORKER", 8091),
             worker_id=env_str("HOLDLINE_WORKER_ID", f"{socket.gethostname()}-{os.getpid()}"),
-            lease_ttl_s=env_float("HOLDLINE_LEASE_TTL_S", 3.0),
-            lease_renew_s=env_float("HOLDLINE_LEASE_RENEW_S", 1.0),
+            lease_ttl_s=env_float("HOLDLINE_LEASE_TTL_S", 2.0),
+            lease_renew_s=env_float("HOLDLINE_LEASE_RENEW_S", 0.5),
             callback_overdue_s=env_float("HOLDLINE_CALLBACK_OVERDUE_S", 5.0),
             progress_after_s=env_float("HOLDLINE_PROGRESS_AFTER_S", 10.0),
             poll_interval_s=env_float("HOLDLINE_POLL_INTERVAL_S", 0.25),
