@@ -40,7 +40,7 @@ from libs.events import (
 from libs.problems import PROBLEM_JSON, problem
 from libs.service import Runtime
 
-from .auth import api_key_ok, bearer, hash_token, new_id, new_token, token_matches
+from .auth import api_key_ok, bearer, hash_token, new_token, token_matches
 from .chat.turns import TurnBusy, TurnInput, TurnPending, Turns
 from .diagnosis import diagnose
 from .projections import ERASED, SurfaceView, decode_cursor
@@ -331,7 +331,7 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
                 401, "Unauthorized", "a valid X-Api-Key for the tenant is required",
                 slug="unauthorized",
             )
-        session_id = new_id("s")
+        session_id = surface.ids.new("s")
         issued = new_token()
         agent = body.agent or settings.default_agent
         await surface.append_interaction(
