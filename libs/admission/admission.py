@@ -10,9 +10,7 @@ compensation are decided in `followups.py`; here they are only loaded and append
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from nats.js import JetStreamContext
@@ -20,6 +18,7 @@ from nats.js.kv import KeyValue
 
 from libs import metrics
 from libs.bus import ConcurrencyConflict, Context, Loaded, Topology, append, load
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.domain import OperationState, OpStatus, operation
 from libs.events import (
     BATCHES,
@@ -67,16 +66,17 @@ class Admission:
         view: LoadView,
         intents: KeyValue,
         *,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        new_id: Callable[[str], str] = lambda prefix: f"{prefix}_{uuid.uuid4().hex[:20]}",
+        clock: Clock = SYSTEM_CLOCK,
+        ids: Ids = RANDOM_IDS,
     ) -> None:
         self._js = js
         self._topology = topology
         self._registry = registry
         self._view = view
         self._claims = IntentClaims(intents, self._holder_state)
+        # The process's clock and id factory (libs/clock.py); the planners get their values.
         self._clock = clock
-        self._new_id = new_id
+        self._new_id = ids.new
 
     # -- loading -------------------------------------------------------------------------
     async def _holder_state(self, operation_id: str) -> OperationState | None:
@@ -131,7 +131,7 @@ class Admission:
     # -- a turn --------------------------------------------------------------------------
     async def admit(self, ctx: TurnContext, calls: list[ToolCall]) -> TurnAdmission:
         """Admit a turn's tool calls; returns on acceptance, never waits for execution."""
-        now = self._clock()
+        now = self._clock.now()
         turn = plan_turn(
             ctx, calls, registry=self._registry, view=self._view, now=now, new_id=self._new_id
         )
@@ -187,7 +187,7 @@ class Admission:
             return refused
         assert state is not None
         plan = followups.confirm_plan(state, self._registry.tool(state.tool))
-        now = self._clock()
+        now = self._clock.now()
         if accept and plan.intent_key:
             claimed = await self._claims.claim(plan)
             if claimed.operation_id != operation_id or claimed.kind != "admit":
@@ -218,7 +218,7 @@ class Admission:
         cancels for real and only a confirmed state says "cancelled"), or a refusal with the
         compensation on offer.
         """
-        now = self._clock()
+        now = self._clock.now()
         cancel = OperationCancel(reason=reason, requested_by=ctx.user_id)
         request = self._env(ctx, cancel, now, operation_id=operation_id)
         await append(self._js, CONTROL, self._topology.control_subject(ctx.session_id), request)
@@ -281,7 +281,7 @@ class Admission:
         assert declaration is not None
         assert declaration.compensating_tool is not None
         comp = self._registry.tool(declaration.compensating_tool)
-        now = self._clock()
+        now = self._clock.now()
         plan = followups.compensation_plan(ctx, state, declaration, comp, self._new_id)
         plan = await self._claims.claim(plan)
         if plan.kind != "admit":

@@ -7,15 +7,15 @@ A redrive is recorded instead as a small `Redriven` marker on `<prefix>.dlq.redr
 
 from __future__ import annotations
 
-import uuid
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 
 import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
 from libs.bus import DEAD_LETTER_DECODER, Context, DeadLetter, Topology, append, load
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.domain import operation
 from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation
 
@@ -113,7 +113,13 @@ async def read_letters(
 
 
 async def redrive(
-    js: JetStreamContext, topology: Topology, dlq_seq: int, *, force: bool = False
+    js: JetStreamContext,
+    topology: Topology,
+    dlq_seq: int,
+    *,
+    force: bool = False,
+    clock: Clock = SYSTEM_CLOCK,
+    ids: Ids = RANDOM_IDS,
 ) -> Redriven:
     """Send a dead letter's work back, then record that it was redriven.
 
@@ -132,13 +138,14 @@ async def redrive(
             f"dead letter {dlq_seq} was already redriven at "
             f"{letter.redriven.redriven_at.isoformat()} (use --force to send it again)"
         )
-    msg_id = f"redrive:{dlq_seq}:{uuid.uuid4().hex}"
+    msg_id = f"redrive:{dlq_seq}:{ids.new('msg')}"
+    now = clock.now()
     if letter.source == Context.WORK.value:
         target = letter.record.source_subject
         await js.publish(target, letter.record.payload, headers={"Nats-Msg-Id": msg_id})
         action = "republished work command"
     elif letter.source == Context.OPERATIONS.value:
-        target, action = await _execute_again(js, topology, letter, dlq_seq, msg_id)
+        target, action = await _execute_again(js, topology, letter, dlq_seq, msg_id, now=now)
     else:
         raise OperatorError(
             f"dead letter {dlq_seq} comes from the {letter.source} stream: its events are "
@@ -149,7 +156,7 @@ async def redrive(
         target_subject=target,
         msg_id=msg_id,
         action=action,
-        redriven_at=datetime.now(UTC),
+        redriven_at=now,
     )
     await js.publish(
         f"{topology.prefix}.dlq.{REDRIVEN}.{letter.session_id}",
@@ -160,7 +167,8 @@ async def redrive(
 
 
 async def _execute_again(
-    js: JetStreamContext, topology: Topology, letter: Letter, dlq_seq: int, msg_id: str
+    js: JetStreamContext, topology: Topology, letter: Letter, dlq_seq: int, msg_id: str, *,
+    now: datetime,
 ) -> tuple[str, str]:
     if letter.operation_id is None:
         raise OperatorError(f"dead letter {dlq_seq} names no operation")
@@ -182,7 +190,7 @@ async def _execute_again(
     target = topology.work_subject(letter.session_id, letter.operation_id)
     command = Envelope(
         event_id=f"work.execute:{letter.operation_id}:redrive:{dlq_seq}",
-        occurred_at=datetime.now(UTC),
+        occurred_at=now,
         session_id=letter.session_id,
         operation_id=letter.operation_id,
         event=ExecuteOperation(),

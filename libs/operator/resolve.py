@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import uuid
-from datetime import UTC, datetime
 from typing import Literal
 
 from nats.js import JetStreamContext
 
 from libs.bus import ConcurrencyConflict, Context, Topology, append, load
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.domain import OperationState, OpStatus, operation
 from libs.events import (
     OPERATIONS,
@@ -44,6 +43,8 @@ async def resolve(
     *,
     who: str,
     why: str,
+    clock: Clock = SYSTEM_CLOCK,
+    ids: Ids = RANDOM_IDS,
 ) -> tuple[OperationState, int]:
     """Append the operator's verdict on an UNKNOWN operation; refuse any other state."""
     if not who.strip() or not why.strip():
@@ -63,8 +64,8 @@ async def resolve(
     env = operation.envelope_for(
         state,
         resolution(state, outcome, who, why),
-        event_id=f"ev_op_{uuid.uuid4().hex}",
-        now=datetime.now(UTC),
+        event_id=ids.new("ev"),
+        now=clock.now(),
     )
     try:
         ack = await append(js, OPERATIONS, subject, env, expected_last_subject_seq=loaded.last_seq)

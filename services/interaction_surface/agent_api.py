@@ -36,7 +36,6 @@ from libs.problems import problem
 
 from .agent_channel import AckRefused, AgentChannel, AgentConnection
 from .api import ProblemError, Surface, _deny, _problems, decode_body, read_body
-from .auth import new_id
 from .tool_calls import (
     FORMATS,
     BadCalls,
@@ -151,17 +150,17 @@ def pending_context(texts: list[str]) -> str:
 
 
 class AgentApi:
-    """What the Agent API's handlers share; `tool_calls` is set when the surface starts."""
+    """What the Agent API's handlers share; the tool calls come with the surface's start."""
 
-    def __init__(self, surface: Surface) -> None:
+    def __init__(self, surface: Surface, channel: AgentChannel) -> None:
         self.surface = surface
-        self.channel = AgentChannel(surface)
-        self.tool_calls: ToolCalls | None = None
+        self.channel = channel
 
     def _calls(self) -> ToolCalls:
-        if self.tool_calls is None:
+        started = self.surface.started
+        if started is None:
             raise ProblemError(503, "Service unavailable", "starting", slug="unavailable")
-        return self.tool_calls
+        return started.tool_calls
 
     async def ack(
         self, session_id: str, delivery_id: str, status: AckStatus, *,
@@ -320,7 +319,7 @@ def _ws_route(router: APIRouter, api: AgentApi) -> None:
             await _deny(websocket, problem(409, "Conflict", "the session is closed"))
             return
         await websocket.accept()
-        conn = AgentConnection(session_id, new_id("agent"), websocket, after)
+        conn = AgentConnection(session_id, api.surface.ids.new("agent"), websocket, after)
         try:
             await api.channel.connect(conn)
             await conn.send(

@@ -192,15 +192,22 @@ def summary(op: OperationState) -> str:
 class AgentChannel:
     """Pushes handed-over deliveries to agents and records what their acks report."""
 
-    def __init__(self, surface: Surface) -> None:
+    def __init__(
+        self,
+        surface: Surface,
+        *,
+        executor: Callable[[], DeliveryExecutor],
+        ownership: Callable[[], CallOwnership | None],
+    ) -> None:
         self.surface = surface
         self.view = surface.view
         self._clock = surface.clock
         self._ids = surface.ids
         self.registry = AgentRegistry()
-        self.executor: DeliveryExecutor | None = None
-        self.ownership: CallOwnership | None = None
-        self._ownership: Callable[[], CallOwnership | None] = lambda: self.ownership
+        # Both are looked up when used: the executor pushes to this channel (a cycle the
+        # composition root closes with a late lookup), and call ownership starts with voice.
+        self._executor = executor
+        self._ownership = ownership
         # One signal of a session at a time: each compares with the view its predecessor's
         # append already reached, so concurrent "started"/"stopped" cannot both be judged
         # against the same stale state (and one of them dropped).
@@ -250,8 +257,7 @@ class AgentChannel:
         return await ownership.owner_of(connection_id) is not None
 
     def _exec(self) -> DeliveryExecutor:
-        assert self.executor is not None, "the delivery executor starts with the surface"
-        return self.executor
+        return self._executor()
 
     # ------------------------------------------------------------------ handing over
 

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import httpx
 import msgspec
@@ -41,7 +41,7 @@ from libs.events import (
 from libs.problems import PROBLEM_JSON, problem
 from libs.service import Runtime
 
-from .auth import api_key_ok, bearer, hash_token, new_id, new_token, token_matches
+from .auth import api_key_ok, bearer, hash_token, new_token, token_matches
 from .chat.turns import TurnBusy, TurnInput, TurnPending, Turns
 from .diagnosis import diagnose
 from .projections import ERASED, SurfaceView, decode_cursor
@@ -49,6 +49,11 @@ from .ratelimit import RateLimited, RateLimiter
 from .settings import Settings
 from .snapshot import build_snapshot, causal_order, timeline_item
 from .stream import SessionStream
+
+if TYPE_CHECKING:
+    from libs.admission import Admission
+
+    from .tool_calls import ToolCalls
 
 log = logging.getLogger(__name__)
 
@@ -184,22 +189,42 @@ def _problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return {code: {"model": ProblemOut, "content": content} for code in statuses}
 
 
+@dataclass(frozen=True)
+class Started:
+    """The parts that need the broker connection, built together by the start-up builder
+    (`app.start_parts`) and handed to the surface in one step."""
+
+    admission: Admission
+    turns: Turns
+    tool_calls: ToolCalls
+    http: httpx.AsyncClient
+
+
 @dataclass
 class Surface:
-    """What the handlers share, filled in at start-up."""
+    """What the handlers share; `started` is given once, when the broker is connected."""
 
     runtime: Runtime
     view: SurfaceView
     settings: Settings
-    turns: Turns | None = None
-    http: httpx.AsyncClient | None = None
     # The process's one clock and id factory (libs/clock.py), from the composition root.
     clock: Clock = SYSTEM_CLOCK
     ids: Ids = RANDOM_IDS
+    started: Started | None = None
     limiter: RateLimiter = field(init=False)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter(self.settings.rate_session, self.settings.rate_tenant)
+
+    @property
+    def turns(self) -> Turns | None:
+        """The chat turns, once started."""
+        return self.started.turns if self.started is not None else None
+
+    @property
+    def http(self) -> httpx.AsyncClient | None:
+        """The client to the provider, once started."""
+        return self.started.http if self.started is not None else None
 
     def limit(self, state: SessionState) -> None:
         """Take this write's tokens, or answer 429 having written nothing."""
@@ -307,7 +332,7 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
                 401, "Unauthorized", "a valid X-Api-Key for the tenant is required",
                 slug="unauthorized",
             )
-        session_id = new_id("s")
+        session_id = surface.ids.new("s")
         issued = new_token()
         agent = body.agent or settings.default_agent
         await surface.append_interaction(

@@ -19,17 +19,18 @@ from fastapi.staticfiles import StaticFiles
 from libs import metrics
 from libs.admission import Admission, LoadView
 from libs.bus import Context
-from libs.clock import RANDOM_IDS, SYSTEM_CLOCK
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.events import DELIVERIES
 from libs.models import model_from_env
 from libs.models.interface import ConversationModel
 from libs.openapi import publish
 from libs.problems import install_problem_handlers
 from libs.service import Runtime, create_service_app
-from libs.tools import default_registry
+from libs.tools import ToolRegistry, default_registry
 
 from .agent_api import AGENT_BODIES, AgentApi, build_agent_router
-from .api import BODIES, Surface, install
+from .agent_channel import AgentChannel
+from .api import BODIES, Started, Surface, install
 from .chat.deliveries import DeliveryExecutor
 from .chat.turns import Turns
 from .projections import SurfaceView
@@ -52,14 +53,54 @@ def conversation_model(modules: tuple[str, ...] = ()) -> ConversationModel:
     return model_from_env()
 
 
+def start_parts(
+    runtime: Runtime,
+    surface: Surface,
+    load_view: LoadView,
+    registry: ToolRegistry,
+    model: ConversationModel,
+) -> Started:
+    """Build, in dependency order, the parts that need the broker connection."""
+    clock: Clock = surface.clock
+    ids: Ids = surface.ids
+    admission = Admission(
+        runtime.jetstream,
+        runtime.topology,
+        registry,
+        load_view,
+        runtime.bucket("intents"),
+        clock=clock,
+        ids=ids,
+    )
+    turns = Turns(
+        runtime=runtime,
+        view=surface.view,
+        admission=admission,
+        load_view=load_view,
+        model=model,
+        registry=registry,
+        settings=surface.settings,
+        clock=clock,
+        ids=ids,
+    )
+    return Started(
+        admission=admission,
+        turns=turns,
+        tool_calls=ToolCalls(surface, admission, registry),
+        http=httpx.AsyncClient(base_url=surface.settings.provider_url, timeout=5.0),
+    )
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the surface's app."""
     settings = settings or Settings.from_env()
     view = SurfaceView()
     load_view = LoadView()
     calls = CallRegistry()
+    # The process's one clock and id factory: every part below gets these two.
+    clock, ids = SYSTEM_CLOCK, RANDOM_IDS
     # The composition root: every part is built here, in dependency order, before start-up;
-    # only what needs the broker connection (admission, turns, tool calls) waits for it.
+    # only what needs the broker connection waits for it (`start_parts`, given in one step).
     runtime = Runtime(
         name="interaction-surface",
         settings=settings.bus,
@@ -71,14 +112,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             Context.DELIVERIES,
         ),
     )
-    surface = Surface(
-        runtime=runtime, view=view, settings=settings, clock=SYSTEM_CLOCK, ids=RANDOM_IDS
-    )
-    agent_api = AgentApi(surface)
+    surface = Surface(runtime=runtime, view=view, settings=settings, clock=clock, ids=ids)
     # The Agent API's channel settles what it pushes through the same executor, and the
-    # executor pushes handed-over deliveries to that channel: a cycle, closed once here.
-    executor = DeliveryExecutor(runtime, view, settings, calls, agent=agent_api.channel)
-    agent_api.channel.executor = executor
+    # executor pushes handed-over deliveries to that channel: a cycle, closed by the
+    # channel looking the executor up when it first needs it. Agent connections are owned
+    # like calls (same bucket, same owner-lost sweep), which start with voice.
+    channel = AgentChannel(
+        surface, executor=lambda: executor, ownership=lambda: telephony.ownership
+    )
+    executor = DeliveryExecutor(runtime, view, settings, calls, clock=clock, ids=ids, agent=channel)
+    agent_api = AgentApi(surface, channel)
     runtime.consumer_factories = (
         runtime.consumes(Context.DELIVERIES, DELIVERIES, executor.on_delivery),
     )
@@ -95,31 +138,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await load_view.caught_up.wait()
         metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
         metrics.initialise_deliveries()
-        admission = Admission(
-            js, runtime.topology, registry, load_view, runtime.bucket("intents")
-        )
-        surface.turns = Turns(
-            runtime=runtime,
-            view=view,
-            admission=admission,
-            load_view=load_view,
-            model=model,
-            registry=registry,
-            settings=settings,
-        )
-        agent_api.tool_calls = ToolCalls(surface, admission, registry)
-        surface.http = httpx.AsyncClient(base_url=settings.provider_url, timeout=5.0)
+        surface.started = start_parts(runtime, surface, load_view, registry, model)
         await start_voice(telephony, surface, lambda: executor)
-        # Agent connections are owned like calls (same bucket, same owner-lost sweep).
-        agent_api.channel.ownership = telephony.ownership
 
     async def on_stop() -> None:
         if telephony.sweeper is not None:
             telephony.sweeper.cancel()
         await view.close()
         await load_view.close()
-        if surface.http is not None:
-            await surface.http.aclose()
+        if surface.started is not None:
+            await surface.started.http.aclose()
 
     app = create_service_app(
         runtime, title="holdline interaction-surface", on_start=on_start, on_stop=on_stop

@@ -45,7 +45,6 @@ from libs.domain import SessionState
 from libs.events import ToolCallsReceived
 from libs.tools import Caller, ToolDeclaration, ToolRegistry
 
-from .auth import new_id
 from .chat.conversation import tool_spec
 
 log = logging.getLogger(__name__)
@@ -342,7 +341,7 @@ class ToolCalls:
         prepared = prepare(body, offered(self.registry, session.agent), caller)
         kv = self._surface.runtime.bucket("turns")
         # The agent's own turn id when it gives one: the batch and its closing carry it.
-        turn_id = body.turn_id or new_id("turn")
+        turn_id = body.turn_id or self._surface.ids.new("turn")
         pending = json.dumps(
             {"state": "pending", "turn_id": turn_id, "at": time.time()}
         ).encode()

@@ -37,11 +37,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from libs import metrics
 from libs.bus import ConcurrencyConflict, Context, Received, append
+from libs.clock import Clock, Ids
 from libs.domain import DeliveryState
 from libs.domain.delivery import DeliveryStatus
 from libs.domain.delivery import envelope_for as delivery_envelope
@@ -58,7 +59,6 @@ from libs.events import (
 )
 from libs.service import Runtime
 
-from ..auth import new_id
 from ..projections import SurfaceView
 from ..settings import Settings
 from ..voice.playback import Settled, carried_heard
@@ -86,9 +86,6 @@ class TurnStillOpen(Exception):
     """A next-turn delivery whose turn has not replied yet: look again later."""
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
 
 class DeliveryExecutor:
     """Says what the policy decided to say, exactly once per delivery."""
@@ -100,9 +97,13 @@ class DeliveryExecutor:
         settings: Settings,
         calls: CallRegistry | None = None,
         *,
+        clock: Clock,
+        ids: Ids,
         agent: AgentChannel | None = None,
     ) -> None:
         self._rt = runtime
+        self._clock = clock
+        self._ids = ids
         self._view = view
         self._settings = settings
         self._calls = calls
@@ -182,7 +183,7 @@ class DeliveryExecutor:
         await self._append(state, sent_event(state, "voice"))
         if state.ready_at is not None:
             metrics.DELIVERY_READY_TO_SENT.observe(
-                max((_now() - state.ready_at).total_seconds(), 0.0)
+                max((self._clock.now() - state.ready_at).total_seconds(), 0.0)
             )
         delivery_id = state.delivery_id
         task = asyncio.create_task(self._play(delivery_id, state.text, call, interrupt=interrupt))
@@ -269,8 +270,8 @@ class DeliveryExecutor:
     async def _write_lost(self, state: DeliveryState, connection_id: str) -> None:
         """The call's process died without recording its end: record it for it."""
         env = Envelope(
-            event_id=new_id("ev"),
-            occurred_at=_now(),
+            event_id=self._ids.new("ev"),
+            occurred_at=self._clock.now(),
             session_id=state.session_id,
             event=ChannelDisconnected(
                 channel="voice", connection_id=connection_id, reason="owner_lost"
@@ -318,7 +319,7 @@ class DeliveryExecutor:
         await self._append(state, sent_event(state, "chat"))
         if state.ready_at is not None:
             metrics.DELIVERY_READY_TO_SENT.observe(
-                max((_now() - state.ready_at).total_seconds(), 0.0)
+                max((self._clock.now() - state.ready_at).total_seconds(), 0.0)
             )
         current = self._view.deliveries.get(state.delivery_id)
         if current is not None:
@@ -347,7 +348,7 @@ class DeliveryExecutor:
             if state.delivery_id in found.written:
                 return True
             turn = found.open_turn
-            if turn is None or _now() - turn[1] >= expiry:
+            if turn is None or self._clock.now() - turn[1] >= expiry:
                 # The turn replied without it, or crashed: say it on its own.
                 return False
             remaining = deadline - asyncio.get_running_loop().time()
@@ -369,7 +370,10 @@ class DeliveryExecutor:
 
     async def _write_message(self, state: DeliveryState) -> None:
         env = delivery_envelope(
-            state, TurnReplied(text=state.text), event_id=new_id("ev"), now=_now(),
+            state,
+            TurnReplied(text=state.text),
+            event_id=self._ids.new("ev"),
+            now=self._clock.now(),
             agent=self._active_agent(state),
         )
         # One message per delivery even if two writers race inside the dedup window.
@@ -394,7 +398,11 @@ class DeliveryExecutor:
 
     async def _append(self, state: DeliveryState, event: DeliveryEvent) -> int:
         env = delivery_envelope(
-            state, event, event_id=new_id("ev"), now=_now(), agent=self._active_agent(state)
+            state,
+            event,
+            event_id=self._ids.new("ev"),
+            now=self._clock.now(),
+            agent=self._active_agent(state),
         )
         ack = await append(
             self._rt.jetstream,

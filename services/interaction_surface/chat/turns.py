@@ -28,7 +28,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any, Literal
 
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
@@ -36,6 +36,7 @@ from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 from libs import metrics
 from libs.admission import Admission, LoadView, Outcome, TurnContext
 from libs.bus import ConcurrencyConflict, Context, append
+from libs.clock import Clock, Ids
 from libs.domain import SessionState
 from libs.domain.channel import Verdict, refusal_events
 from libs.domain.delivery import OPEN, DeliveryStatus
@@ -59,7 +60,6 @@ from libs.models.interface import (
 from libs.service import Runtime
 from libs.tools import ToolRegistry
 
-from ..auth import new_id
 from ..projections import SurfaceView
 from ..settings import Settings
 from . import turn_plan
@@ -93,9 +93,6 @@ class TurnInput:
     review: Callable[[Sequence[tuple[str, Mapping[str, Any]]]], str | None] | None = None
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
-
 
 class Turns:
     """Handles chat turns for every session."""
@@ -110,8 +107,12 @@ class Turns:
         model: ConversationModel,
         registry: ToolRegistry,
         settings: Settings,
+        clock: Clock,
+        ids: Ids,
     ) -> None:
         self._rt = runtime
+        self._clock = clock
+        self._ids = ids
         self._view = view
         self._admission = admission
         self._load = load_view
@@ -129,7 +130,7 @@ class Turns:
         started = time.perf_counter()
         session_id = request.session.session_id
         key: str | None = None
-        turn_id = new_id("turn")
+        turn_id = self._ids.new("turn")
         if request.client_turn_id is not None:
             key = f"{session_id}.{request.client_turn_id}"
             with metrics.turn_phase("claim"):
@@ -209,7 +210,7 @@ class Turns:
             operations=self._view.session_operations(session_id),
             deliveries=self._view.session_deliveries(session_id),
         )
-        response_id = new_id("resp")
+        response_id = self._ids.new("resp")
         ctx = TurnContext(
             session_id=session_id,
             turn_id=turn_id,
@@ -224,14 +225,14 @@ class Turns:
             tools=self._tools,
             label=self._registry.label,
             default_language=self._settings.language,
-            now=_now(),
+            now=self._clock.now(),
             deadline=time.monotonic() + self._settings.model_timeout_s,
         )
         reply = await self._respond(model_request)
         question = None
         if reply is not None and reply.calls and request.review is not None:
             question = request.review([(c.tool, c.arguments) for c in reply.calls])
-        plan = turn_plan.plan_turn(model_request, reply, _now(), question=question)
+        plan = turn_plan.plan_turn(model_request, reply, self._clock.now(), question=question)
         outcomes: list[Outcome] = []
         if plan.reply is None:
             attached = await self._attach(session_id, turn_id, plan.updates)
@@ -297,15 +298,15 @@ class Turns:
             found = self._view.log(session_id)
             seq = found.session_seq if found is not None else 0
             open_turn = found.open_turn if found is not None else None
-            if open_turn is not None and _now() - open_turn[1] < expiry:
+            if open_turn is not None and self._clock.now() - open_turn[1] < expiry:
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     raise TurnBusy(session_id)
                 await self._view.wait_session_change(session_id, min(remaining, 0.5))
                 continue
             env = Envelope(
-                event_id=new_id("ev"),
-                occurred_at=_now(),
+                event_id=self._ids.new("ev"),
+                occurred_at=self._clock.now(),
                 session_id=session_id,
                 turn_id=turn_id,
                 agent=request.session.agent,
@@ -420,8 +421,8 @@ class Turns:
         cause: str,
     ) -> None:
         env = Envelope(
-            event_id=new_id("ev"),
-            occurred_at=_now(),
+            event_id=self._ids.new("ev"),
+            occurred_at=self._clock.now(),
             session_id=ctx.session_id,
             turn_id=ctx.turn_id,
             response_id=response_id,
@@ -472,8 +473,8 @@ class Turns:
             if state is None or state.status not in allowed:
                 return False
             env = Envelope(
-                event_id=new_id("ev"),
-                occurred_at=_now(),
+                event_id=self._ids.new("ev"),
+                occurred_at=self._clock.now(),
                 session_id=session_id,
                 turn_id=turn_id,
                 batch_id=state.batch_id,
