@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+from harness.surface import eventually
 from libs.domain.batch import final_delivery_id
 from libs.domain.delivery import DeliveryStatus
 from libs.events import (
@@ -36,7 +37,6 @@ from libs.events import (
     UserActivity,
 )
 from tests.coordination.harness import Scripted, Services, assert_one_final, new_id
-from tests.surface.stack import eventually
 
 
 async def _voice_session(scripted: Scripted) -> str:
