@@ -30,8 +30,8 @@ import httpx
 
 from bench.common import cpu_seconds, machine
 from bench.recovery import PRODUCTION, WORKER
-from tests.support.processes import free_port, nats_server_binary, wait_port
-from tests.surface.stack import SurfaceStack, closings
+from harness.processes import free_port, nats_server_binary, wait_port
+from harness.surface import SurfaceStack, closings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "messages.json"
 IDLE_SPAN_S = 10.0

@@ -26,12 +26,12 @@ from nats.aio.msg import Msg
 from nats.js.api import DeliverPolicy
 
 from bench.common import cpu_seconds, machine, percentiles_ms
+from harness.processes import Broker, ServiceProcess, free_port
 from libs.admission import Admission, LoadView, ToolCall, TurnContext
 from libs.bus import Context, Topology, connect, ensure_buckets, ensure_streams
 from libs.config import BusSettings
 from libs.events import OPERATIONS, OperationCommitted, OperationStarted
 from libs.tools import default_registry
-from tests.support.processes import Broker, ServiceProcess, free_port
 
 
 class Clock:

@@ -38,6 +38,7 @@ from typing import Any, cast
 from fastapi import WebSocket
 
 from bench.common import machine, percentiles_ms
+from harness import stimuli
 from libs.domain import SessionState
 from libs.events import SpeechStarted
 from libs.models.interface import AdmissionNote, TurnRequest
@@ -57,7 +58,6 @@ from services.interaction_surface.voice.engines.espeak import EspeakTts
 from services.interaction_surface.voice.engines.pocketsphinx import PocketsphinxStt
 from services.interaction_surface.voice.vad import VadConfig, webrtc_classifier
 from services.interaction_surface.voice.wiring import PRIMER_TEXT
-from tests.voice import stimuli
 
 RESULTS = Path(__file__).parent / "results" / "voice.json"
 PHRASES = (

@@ -18,8 +18,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from tests.support.processes import Broker
-from tests.surface.stack import Chat, SurfaceStack, running_stack
+from harness.processes import Broker
+from harness.surface import Chat, SurfaceStack, running_stack
 
 # Every tenant the tests use has a key: without one, creating a session is refused.
 TENANTS = ("acme", "globex", "burst-a", "burst-b", "calm", "scan")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import ServiceProcess, free_port, nats_server_binary, wait_port
+from harness.processes import ServiceProcess, free_port, nats_server_binary, wait_port
 
 _PASSWORD = "s3cret-broker-pass"
 

@@ -11,11 +11,11 @@ import httpx
 import msgspec
 from websockets.exceptions import ConnectionClosed
 
+from harness.surface import SurfaceStack, effects, eventually, fault, unique
 from libs.bus import Context, Topology, connect
 from libs.config import BusSettings
 from libs.events import INTERACTION, OPERATIONS
 from services.interaction_surface.projections import SurfaceView
-from tests.surface.stack import SurfaceStack, effects, eventually, fault, unique
 
 from .conftest import assert_problem, open_session, ws_status
 from .stored import stored_messages

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.surface.stack import Chat, SurfaceStack
+from harness.surface import Chat, SurfaceStack
 
 from .conftest import API_KEYS, TOKEN_TTL_S, assert_problem, open_session, ws_status
 

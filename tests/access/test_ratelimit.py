@@ -8,8 +8,8 @@ import uuid
 import httpx
 import pytest
 
+from harness.surface import Chat
 from services.interaction_surface.ratelimit import RateLimited, RateLimiter
-from tests.surface.stack import Chat
 
 from .conftest import RATE_SESSION, RATE_TENANT, assert_problem, open_session
 

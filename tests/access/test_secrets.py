@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import httpx
 
+from harness.surface import SurfaceStack, effects, eventually, frames_until, unique
 from libs.bus import Topology
-from tests.surface.stack import SurfaceStack, effects, eventually, frames_until, unique
 
 from .conftest import API_KEYS, SECRETS, call_text, open_session, ws_status
 from .stored import stored_messages

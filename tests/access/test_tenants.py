@@ -6,9 +6,9 @@ import json
 
 import httpx
 
+from harness.surface import SurfaceStack, effects, eventually, unique
 from libs.bus import Context
 from libs.events import OPERATIONS, OperationRejected
-from tests.surface.stack import SurfaceStack, effects, eventually, unique
 
 from .conftest import call_text, open_session
 from .stored import Stored, stored_messages

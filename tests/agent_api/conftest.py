@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
+from harness.processes import Broker
+from harness.surface import SurfaceStack, eventually, running_stack
 from holdline.client import HoldlineClient, SessionClient
-from tests.support.processes import Broker
-from tests.surface.stack import SurfaceStack, eventually, running_stack
 
 AGENT = Path(__file__).with_name("agent.py")
 DAY = "2026-12-24"

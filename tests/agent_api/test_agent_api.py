@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.surface import SurfaceStack, effects, eventually, fault, unique
 from holdline.client import DeliverySay, HoldlineClient, HoldlineError, ToolCall
-from tests.surface.stack import SurfaceStack, effects, eventually, fault, unique
 
 from .conftest import DAY, AgentProcess, delivery, events, session, settled
 

@@ -11,8 +11,8 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from harness.surface import SurfaceStack, unique
 from holdline.client import HoldlineClient, HoldlineError, SessionClient, ToolCall
-from tests.surface.stack import SurfaceStack, unique
 
 from .conftest import DAY, events, session
 

@@ -10,8 +10,8 @@ import pytest
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 
-from tests.support.processes import Broker
-from tests.surface.stack import SurfaceStack, running_stack
+from harness.processes import Broker
+from harness.surface import SurfaceStack, running_stack
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMEDRIVER = Path("/usr/bin/chromedriver")

@@ -11,7 +11,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
-from tests.surface.stack import SurfaceStack
+from harness.surface import SurfaceStack
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 

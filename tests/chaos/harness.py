@@ -14,12 +14,7 @@ from typing import Any
 import httpx
 from nats.aio.client import Client
 
-from libs.bus import Context, Topology, connect
-from libs.config import BusSettings
-from libs.domain import TERMINAL
-from tests.support.cluster import Cluster
-
-from .checks import (
+from harness.chaos.checks import (
     OPEN,
     Replayed,
     Verdict,
@@ -30,7 +25,12 @@ from .checks import (
     check_projections,
     replay_all,
 )
-from .driver import Driver
+from harness.chaos.driver import Driver
+from harness.cluster import Cluster
+from libs.bus import Context, Topology, connect
+from libs.config import BusSettings
+from libs.domain import TERMINAL
+
 from .faults import CLUSTER_KINDS, KINDS, Injector
 from .system import ChaosSystem
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 
-from tests.support.processes import free_port
+from harness.processes import free_port
 
 _CHUNK = 65536
 

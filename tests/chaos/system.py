@@ -17,10 +17,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from harness.cluster import Cluster
+from harness.processes import Broker, ServiceProcess, free_port
+from harness.surface import SurfaceStack
 from libs.bus import Context, Topology
-from tests.support.cluster import Cluster
-from tests.support.processes import Broker, ServiceProcess, free_port
-from tests.surface.stack import SurfaceStack
 
 from .proxy import TcpProxy
 

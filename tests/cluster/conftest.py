@@ -7,10 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.cluster import Cluster
-from tests.surface.stack import SurfaceStack
-
-from .harness import cluster_stack
+from harness.cluster import Cluster
+from harness.cluster_harness import cluster_stack
+from harness.surface import SurfaceStack
 
 
 @pytest.fixture(scope="module")

@@ -22,17 +22,16 @@ from typing import Any
 import httpx
 import pytest
 
-from libs.bus import Context, Topology
-from tests.support.cluster import Cluster
-from tests.surface.stack import SurfaceStack
-
-from .harness import (
+from harness.cluster import Cluster
+from harness.cluster_harness import (
     PROVIDER_LATENCY_MS,
     Conversations,
     check_everything,
     now,
     settled,
 )
+from harness.surface import SurfaceStack
+from libs.bus import Context, Topology
 
 # Close time after a kill: the provider's latency, the election, a reconnect, a redelivery.
 # The target is latency + 5 s; an election alone may take 9 s, so the bound is wider and the

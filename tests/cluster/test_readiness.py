@@ -12,9 +12,9 @@ import httpx
 import pytest
 from nats.js import JetStreamContext
 
+from harness.processes import Broker, ServiceProcess, free_port
+from harness.surface import eventually
 from libs.config import BusSettings, nats_servers
-from tests.support.processes import Broker, ServiceProcess, free_port
-from tests.surface.stack import eventually
 
 
 def test_nats_url_takes_several_seeds() -> None:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from nats.js import JetStreamContext
 
+from harness.processes import Broker
 from libs.bus import Topology
-from tests.support.processes import Broker
 
 from .harness import Scripted, Services, make_services
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from nats.js import JetStreamContext
 
+from harness.processes import ServiceProcess, free_port
 from libs.bus import Context, Topology, append, last_subject_seq, replay
 from libs.domain import delivery as delivery_domain
 from libs.domain.batch import final_delivery_id
@@ -43,7 +44,6 @@ from libs.events import (
     OperationFailedFinal,
     SessionOpened,
 )
-from tests.support.processes import ServiceProcess, free_port
 
 _IDS = itertools.count(1)
 

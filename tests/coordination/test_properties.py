@@ -15,6 +15,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness.processes import Broker
+from harness.surface import eventually
 from libs.bus import BUCKETS, Context, Topology, connect, ensure_buckets, ensure_streams, replay
 from libs.config import BusSettings
 from libs.domain.batch import final_delivery_id
@@ -26,8 +28,6 @@ from libs.events import (
     SpeechStarted,
     SpeechStopped,
 )
-from tests.support.processes import Broker
-from tests.surface.stack import eventually
 
 from .harness import Scripted, Services, make_services
 

@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import pytest
 
+from harness.surface import eventually
 from libs.domain.batch import final_delivery_id
 from libs.domain.delivery import DeliveryStatus
 from libs.events import (
@@ -19,6 +20,7 @@ from libs.events import (
     ChannelConnected,
     ChannelDisconnected,
     DeliveryAttached,
+    DeliveryDecided,
     DeliveryReady,
     DeliveryReconciliationRequested,
     DeliveryRequeued,
@@ -35,7 +37,6 @@ from libs.events import (
     UserActivity,
 )
 from tests.coordination.harness import Scripted, Services, assert_one_final, new_id
-from tests.surface.stack import eventually
 
 
 async def _voice_session(scripted: Scripted) -> str:
@@ -387,12 +388,23 @@ async def test_a_delivery_that_waits_too_long_falls_back_to_the_next_turn(
     time.sleep(0.5)
     assert all(d in {"wait_for_quiet", "attach_next_turn"}
                for d, _ in await scripted.decisions(session, delivery))
-    await scripted.surface(session, delivery, DeliveryAttached(attached_to_turn_id=turn))
-    await scripted.surface(session, delivery, DeliverySpoken())
+    # What the policy left on the stream before the surface acts: still waiting, pinned to
+    # the next turn by its own decision (mode written by the policy, not by the attach).
     state = await scripted.delivery(session, delivery)
     assert state is not None
-    assert state.status is DeliveryStatus.SPOKEN
+    assert state.status is DeliveryStatus.WAITING
+    assert state.decision == "attach_next_turn"
     assert state.mode == "next_turn"
+    decided = [e.event for e in await scripted.delivery_events(session)
+               if e.delivery_id == delivery and isinstance(e.event, DeliveryDecided)]
+    assert decided[-1].mode == "next_turn"
+    await scripted.surface(session, delivery, DeliveryAttached(attached_to_turn_id=turn))
+    await scripted.surface(session, delivery, DeliverySpoken())
+    # Once attached and spoken, the policy must not decide on it again.
+    time.sleep(0.5)
+    tail = [e.event for e in await scripted.delivery_events(session)
+            if e.delivery_id == delivery]
+    assert isinstance(tail[-1], DeliverySpoken), f"policy wrote after the spoken mark: {tail[-1]}"
 
 
 async def test_progress_notes_never_outlive_the_closing(
@@ -415,6 +427,13 @@ async def test_progress_notes_never_outlive_the_closing(
     await scripted.commit(session, batch, "slow")
     decisions = await _decisions_until(scripted, session, note, "supersede")
     assert decisions[-1][1].startswith("final_ready")
-    await assert_one_final(scripted, session, batch)
-    finals = await scripted.finals(session)
-    assert all(e.event.kind == "final" for e in finals)  # type: ignore[union-attr]
+    final = await assert_one_final(scripted, session, batch)
+    # The coordinator wrote no progress note after the closing, and the policy superseded
+    # the one it had, so nothing but the closing can still reach the user.
+    events = await scripted.delivery_events(session)
+    at = next(i for i, e in enumerate(events) if e.event_id == final.event_id)
+    assert not [e for e in events[at + 1:]
+                if isinstance(e.event, DeliveryReady) and e.event.kind == "progress"]
+    state = await scripted.delivery(session, note)
+    assert state is not None
+    assert state.status is DeliveryStatus.SUPERSEDED

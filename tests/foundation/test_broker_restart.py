@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from harness.processes import Broker
 from libs.bus import (
     Context,
     DurableConsumer,
@@ -19,7 +20,6 @@ from libs.bus import (
 from libs.config import BusSettings
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent
 from tests.support.events import envelope
-from tests.support.processes import Broker
 
 
 async def test_kill9_loses_no_acknowledged_event_and_consumers_resume_from_ack_floor(

@@ -6,9 +6,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.processes import Broker
+from harness.processes import Broker
+from harness.surface import SurfaceStack, running_stack
 from tests.surface.conftest import client
-from tests.surface.stack import SurfaceStack, running_stack
 from tests.voice.phone import AUTH_TOKEN
 
 __all__ = ["client", "stack"]

@@ -8,6 +8,7 @@ import httpx
 import msgspec
 from hypothesis import strategies as st
 
+from harness.surface import Chat, SurfaceStack, effects, eventually, unique
 from libs.bus import Context
 from libs.events import (
     BATCHES,
@@ -31,7 +32,6 @@ from libs.events import (
     WorkCommand,
 )
 from tests.support.events import envelope
-from tests.surface.stack import Chat, SurfaceStack, effects, eventually, unique
 
 # A stream's codec, its union of event types, and one valid event of it.
 Stream = tuple[EventCodec[Any], Any, Any]

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from tests.surface.stack import Chat, SurfaceStack, open_chat
+from harness.surface import Chat, SurfaceStack, open_chat
 
 # Both services keep their limits well under this (surface 16 KiB, provider 64 KiB).
 BIG = 256 * 1024

@@ -15,11 +15,11 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
+from harness.surface import SurfaceStack, eventually, open_chat
 from libs.bus import DEAD_LETTER_DECODER, Context, DeadLetter, Topology, connect
 from libs.config import BusSettings
 from libs.events import INTERACTION, OPERATIONS, OperationCommitted, SessionOpened
 from tests.support.events import envelope
-from tests.surface.stack import SurfaceStack, eventually, open_chat
 
 from .support import STREAMS, completes_a_tool_call, healthy, valid
 

@@ -28,10 +28,10 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
 )
 
+from harness.surface import SurfaceStack, open_chat
 from services.interaction_surface.api import BODIES as SURFACE_BODIES
 from services.sandbox_provider.domain import RESOURCE_PATTERN
 from services.sandbox_provider.handlers import BODIES as PROVIDER_BODIES
-from tests.surface.stack import SurfaceStack, open_chat
 
 from .support import completes_a_tool_call, healthy
 

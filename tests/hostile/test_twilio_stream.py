@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from harness.surface import Chat, SurfaceStack, eventually, open_chat
 from services.interaction_surface.voice.twilio import twilio_signature
-from tests.surface.stack import Chat, SurfaceStack, eventually, open_chat
 from tests.voice.helpers import metric
 from tests.voice.phone import AUTH_TOKEN, Phone, speech
 

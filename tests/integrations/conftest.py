@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator, Iterator
 
 import pytest
 
+from harness.processes import Broker
+from harness.surface import SurfaceStack, running_stack
 from holdline.client import HoldlineClient, SessionClient
-from tests.support.processes import Broker
-from tests.surface.stack import SurfaceStack, running_stack
 
 # A closing may wait this long for a quiet moment before it is left for the next turn: longer
 # than any caller in these tests keeps talking.

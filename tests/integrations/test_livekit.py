@@ -9,9 +9,9 @@ from livekit.agents import Agent, AgentSession
 from livekit.agents.llm import ChatMessage
 
 from examples.livekit_text import ScriptedLLM
+from harness.surface import SurfaceStack, effects, eventually, fault, unique
 from holdline.client import HoldlineClient, SessionClient
 from holdline.integrations.livekit import HoldlineLiveKit
-from tests.surface.stack import SurfaceStack, effects, eventually, fault, unique
 
 
 def said(agent_session: AgentSession[Any]) -> list[str]:

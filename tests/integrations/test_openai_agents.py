@@ -9,9 +9,9 @@ import pytest
 from agents import Agent, set_tracing_disabled
 
 from examples.openai_agents_text import ScriptedModel
+from harness.surface import SurfaceStack, effects, eventually, fault, unique
 from holdline.client import PendingUpdates, SessionClient
 from holdline.integrations.openai_agents import HoldlineAgents
-from tests.surface.stack import SurfaceStack, effects, eventually, fault, unique
 
 
 @pytest.fixture(autouse=True)

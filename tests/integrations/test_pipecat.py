@@ -19,9 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.processes import ROOT, free_port
+from harness.surface import SurfaceStack, effects, eventually, fault, unique
 from holdline.client import HoldlineClient, SessionClient
-from tests.support.processes import ROOT, free_port
-from tests.surface.stack import SurfaceStack, effects, eventually, fault, unique
 from tests.voice.phone import Phone, Utterance, speech
 
 pytestmark = pytest.mark.timeout(120)

@@ -12,6 +12,8 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.processes import Broker
+from harness.surface import SurfaceStack, effects, eventually, open_chat, running_stack
 from libs.models import ChatCompletionsModel, get_model
 from libs.models.interface import AdmissionNote, ChatMessage, ModelError, Outcome
 from libs.models.streaming import RetryPolicy
@@ -24,8 +26,6 @@ from tests.models.fake_chat_completions import (
 )
 from tests.models.fake_server import running
 from tests.models.support import BOOKING, LIVE, TRANSFER, calls_of, turn
-from tests.support.processes import Broker
-from tests.surface.stack import SurfaceStack, effects, eventually, open_chat, running_stack
 
 CLAIMS = re.compile(r"\b(done|completed?|finished|booked|granted|sent)\b", re.IGNORECASE)
 FAST = RetryPolicy(max_retries=2, initial_delay_s=0.05, max_delay_s=0.2, min_attempt_s=0.1)

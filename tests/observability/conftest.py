@@ -10,8 +10,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support.processes import Broker
-from tests.surface.stack import SurfaceStack
+from harness.processes import Broker
+from harness.surface import SurfaceStack
 
 # The services that serve libs.metrics (the sandbox provider has a registry of its own).
 RUNTIME_SERVICES = (

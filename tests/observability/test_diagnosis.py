@@ -6,8 +6,8 @@ from typing import Any
 
 import httpx
 
+from harness.surface import eventually, fault, open_chat, unique
 from services.interaction_surface.diagnosis import diagnose
-from tests.surface.stack import eventually, fault, open_chat, unique
 
 from .conftest import ObservedStack
 

@@ -25,7 +25,7 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.surface.stack import (
+from harness.surface import (
     Chat,
     SurfaceStack,
     closings,

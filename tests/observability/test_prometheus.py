@@ -28,10 +28,10 @@ import httpx
 import nats
 import pytest
 
+from harness.surface import COMMON_ENV, eventually, open_chat
 from libs.bus import Context, Topology
 from tests.support.prometheus import CLUSTER_CONFIG, LOCAL_CONFIG, Prometheus, render
 from tests.support.run import Running, alive, holdline_run
-from tests.surface.stack import COMMON_ENV, eventually, open_chat
 
 from .test_metrics import (
     _batch_with_a_retry,

@@ -22,14 +22,14 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from harness.processes import Broker
+from harness.surface import Chat, SurfaceStack, eventually, open_chat, unique
 from libs import tracing
 from libs.bus import Context, DurableConsumer, Received, Topology, append, connect, spec_for
 from libs.config import BusSettings
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent, OperationStarted
 from tests.observability.otlp import OtlpReceiver, ReceivedSpan
 from tests.support.events import envelope
-from tests.support.processes import Broker
-from tests.surface.stack import Chat, SurfaceStack, eventually, open_chat, unique
 
 
 @pytest.fixture

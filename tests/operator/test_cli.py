@@ -15,6 +15,7 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
+from harness.processes import Broker
 from libs.bus import Context, DeadLetter, Topology, append, read_subject
 from libs.events import (
     OPERATIONS,
@@ -31,7 +32,6 @@ from libs.events import (
 )
 from libs.events.work import ExecuteOperation, WorkCommand
 from tests.support.events import envelope
-from tests.support.processes import Broker
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -24,17 +24,17 @@ import nats
 import pytest
 from nats.aio.msg import Msg
 
-from libs.bus import Context, Topology, connect
-from libs.bus.topology import InvalidPartition, Partition, partition_of
-from libs.config import BusSettings
-from tests.support.processes import (
+from harness.processes import (
     Broker,
     ServiceProcess,
     free_port,
     nats_server_binary,
     wait_port,
 )
-from tests.surface.stack import Chat, SurfaceStack, closings, eventually, open_chat, unique
+from harness.surface import Chat, SurfaceStack, closings, eventually, open_chat, unique
+from libs.bus import Context, Topology, connect
+from libs.bus.topology import InvalidPartition, Partition, partition_of
+from libs.config import BusSettings
 
 PARTITIONED = ("batch_coordinator", "delivery_policy")
 # Enough sessions that each partition owns several of them.

@@ -15,9 +15,9 @@ from typing import Any
 
 import httpx
 
+from harness.surface import Chat, SurfaceStack, effects, eventually
 from libs.bus import EVENT_CODECS, Context, Received, Topology, connect, read_subject
 from libs.config import BusSettings
-from tests.surface.stack import Chat, SurfaceStack, effects, eventually
 
 _TERMINAL = {
     "operation.committed": "committed",

@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from tests.support.processes import Broker
-from tests.surface.stack import SurfaceStack, running_stack
+from harness.processes import Broker
+from harness.surface import SurfaceStack, running_stack
 
 
 def running(

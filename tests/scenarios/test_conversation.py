@@ -11,9 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from libs.bus import Context
-from tests.support.processes import Broker
-from tests.surface.stack import (
+from harness.processes import Broker
+from harness.surface import (
     Chat,
     SurfaceStack,
     closings,
@@ -23,6 +22,7 @@ from tests.surface.stack import (
     open_chat,
     unique,
 )
+from libs.bus import Context
 
 from .checks import (
     Durable,

@@ -13,15 +13,15 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from tests.support.processes import Broker
-from tests.support.recovery import (
+from harness.processes import Broker
+from harness.recovery import (
     delivered_finals,
     kill_mid_batch,
     ledger_effects,
     recovery_stack,
     timeline,
 )
-from tests.surface.stack import SurfaceStack
+from harness.surface import SurfaceStack
 
 LATENCY_MS = 1500
 BOUND_S = LATENCY_MS / 1000 + 10

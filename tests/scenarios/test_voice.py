@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.processes import Broker
+from harness.surface import SurfaceStack, eventually, fault, open_chat, unique
 from libs.bus import Context
 from services.interaction_surface.voice.codec import silence_ulaw
-from tests.support.processes import Broker
-from tests.surface.stack import SurfaceStack, eventually, fault, open_chat, unique
 from tests.voice.phone import AUTH_TOKEN, CUT, Phone, speech
 
 from .checks import closed_once, durable, effects_of, final_said, in_order, marks_of, timeline

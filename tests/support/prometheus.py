@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import yaml
 
-from .processes import ROOT, free_port
+from harness.processes import ROOT, free_port
 
 LOCAL_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus-local.yml"
 CLUSTER_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus-local-cluster.yml"

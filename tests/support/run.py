@@ -16,7 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from .processes import ROOT, free_port
+from harness.processes import ROOT, free_port
 
 SERVICES = {
     "interaction-surface": "INTERACTION_SURFACE",

@@ -12,14 +12,13 @@ import httpx
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from harness.processes import ServiceProcess, free_port
 from libs.admission import Admission, LoadView, ToolCall, TurnAdmission, TurnContext
 from libs.bus import Context, Topology, connect, ensure_buckets, ensure_streams, load
 from libs.config import BusSettings
 from libs.domain import OperationState, operation
 from libs.events import OPERATIONS, Envelope, OperationEvent
 from libs.tools import default_registry
-
-from .processes import ServiceProcess, free_port
 
 
 @dataclass

@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .stack import (
+from harness.surface import (
     SurfaceStack,
     closings,
     effects,

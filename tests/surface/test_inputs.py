@@ -7,7 +7,7 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from .stack import SurfaceStack, open_chat
+from harness.surface import SurfaceStack, open_chat
 
 PROBLEM = "application/problem+json"
 

@@ -16,8 +16,8 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.processes import ROOT, ServiceProcess, free_port
 from libs.config import BusSettings
-from tests.support.processes import ROOT, ServiceProcess, free_port
 from tests.support.stack import OpsStack
 
 TOOLS_FILE = ROOT / "examples" / "deskapi" / "tools.toml"

@@ -12,6 +12,7 @@ from typing import Annotated
 import msgspec
 import pytest
 
+from harness.processes import ROOT
 from libs.admission import rules
 from libs.tools import (
     BusinessLimits,
@@ -21,7 +22,6 @@ from libs.tools import (
     default_registry,
 )
 from libs.tools.http_file import load_tools_file
-from tests.support.processes import ROOT
 from tests.support.run import holdline_run
 
 GOOD = """

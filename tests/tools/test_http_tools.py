@@ -11,10 +11,10 @@ import time
 import httpx
 
 from examples.deskapi.app import sign as desk_sign
+from harness.surface import eventually
 from libs.events import OperationAttempted, OperationCommitted, OperationRetryScheduled
 from libs.signing import sign
 from tests.support.stack import types
-from tests.surface.stack import eventually
 from tests.tools.conftest import SECRET, DeskFactory, DeskStack
 
 TICKET = {"project": "acme/billing", "title": "  Invoice PDF is blank  "}

@@ -8,10 +8,10 @@ from typing import Annotated
 
 import msgspec
 
+from harness.surface import eventually
 from libs.admission import rules
 from libs.tools import Caller, ToolDeclaration
 from tests.support.stack import types
-from tests.surface.stack import eventually
 from tests.tools.conftest import DeskFactory, DeskStack
 
 PAYOUT = {"account_id": "ana-checking", "payee": "acme/bob", "amount": 2500, "memo": " rent "}

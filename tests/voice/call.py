@@ -26,7 +26,7 @@ from typing import Any
 
 import httpx
 
-from tests.surface.stack import Chat, eventually, open_chat
+from harness.surface import Chat, eventually, open_chat
 
 from .phone import Phone, speech
 

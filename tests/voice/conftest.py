@@ -7,8 +7,8 @@ from collections.abc import AsyncIterator, Iterator
 import httpx
 import pytest
 
-from tests.support.processes import Broker
-from tests.surface.stack import SurfaceStack
+from harness.processes import Broker
+from harness.surface import SurfaceStack
 
 from .helpers import voice_stack
 

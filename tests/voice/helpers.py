@@ -10,8 +10,8 @@ from typing import Any
 
 import httpx
 
-from tests.support.processes import Broker
-from tests.surface.stack import Chat, SurfaceStack, eventually, fault, running_stack
+from harness.processes import Broker
+from harness.surface import Chat, SurfaceStack, eventually, fault, running_stack
 
 from .phone import AUTH_TOKEN, Phone, Utterance, speech
 

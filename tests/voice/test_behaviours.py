@@ -11,8 +11,8 @@ from typing import Any
 
 import httpx
 
+from harness.surface import Chat, SurfaceStack, eventually, fault, open_chat
 from services.interaction_surface.voice.codec import pcm16_to_ulaw, silence_ulaw
-from tests.surface.stack import Chat, SurfaceStack, eventually, fault, open_chat
 
 from .helpers import (
     SPOKEN_RESOURCES,

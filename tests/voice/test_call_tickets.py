@@ -28,13 +28,13 @@ from twilio.request_validator import RequestValidator
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from harness.processes import ROOT, Broker, ServiceProcess, free_port
+from harness.surface import eventually, open_chat
 from libs.bus import Context, Topology, read_subject
 from libs.bus import connect as bus_connect
 from libs.config import BusSettings
 from libs.events import INTERACTION, ChannelConnected, SessionOpened
 from services.interaction_surface.voice.trust import TrustSettings, issue_ticket
-from tests.support.processes import ROOT, Broker, ServiceProcess, free_port
-from tests.surface.stack import eventually, open_chat
 
 from .helpers import metric, unique
 from .phone import AUTH_TOKEN, Phone, answered, twiml_parameters

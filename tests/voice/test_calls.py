@@ -11,9 +11,9 @@ import pytest
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
+from harness.surface import SurfaceStack, effects, eventually, open_chat
 from services.interaction_surface.voice.codec import silence_ulaw
 from services.interaction_surface.voice.twilio import twilio_signature
-from tests.surface.stack import SurfaceStack, effects, eventually, open_chat
 
 from .helpers import (
     ask_by_voice_with_a_slow_provider,

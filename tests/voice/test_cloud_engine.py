@@ -18,6 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
+from harness.processes import Broker
+from harness.surface import Chat, SurfaceStack, effects, eventually, open_chat, unique
 from services.interaction_surface.voice.codec import ULAW_FRAME_BYTES, ulaw_to_pcm16
 from services.interaction_surface.voice.engines.base import SpeechError, final_text, synthesize
 from services.interaction_surface.voice.engines.deepgram import (
@@ -28,8 +30,6 @@ from services.interaction_surface.voice.engines.deepgram import (
     Transcript,
     VendorError,
 )
-from tests.support.processes import Broker
-from tests.surface.stack import Chat, SurfaceStack, effects, eventually, open_chat, unique
 
 from .fake_cloud_speech import FakeDeepgram
 from .phone import AUTH_TOKEN, Phone, speech

@@ -15,12 +15,12 @@ from typing import Any
 
 import httpx
 
+from harness import stimuli
+from harness.surface import Chat, SurfaceStack, eventually, fault, open_chat
 from services.interaction_surface.voice.codec import silence_ulaw
 from services.interaction_surface.voice.engines.base import synthesize
 from services.interaction_surface.voice.engines.espeak import EspeakTts
-from tests.surface.stack import Chat, SurfaceStack, eventually, fault, open_chat
 
-from . import stimuli
 from .helpers import SPOKEN_REQUEST, SPOKEN_RESOURCES, call_in, events_of, ledger
 from .phone import Phone, speech
 

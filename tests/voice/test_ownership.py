@@ -12,8 +12,8 @@ import httpx
 import pytest
 from websockets.exceptions import ConnectionClosed
 
-from tests.support.processes import Broker
-from tests.surface.stack import Chat, SurfaceStack, eventually, open_chat
+from harness.processes import Broker
+from harness.surface import Chat, SurfaceStack, eventually, open_chat
 
 from .helpers import (
     call_in,

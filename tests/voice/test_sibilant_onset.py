@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from harness import stimuli
 from services.interaction_surface.voice.codec import (
     FRAME_MS,
     PCM_FRAME_BYTES,
@@ -23,8 +24,6 @@ from services.interaction_surface.voice.vad import (
     sibilant_onset,
     webrtc_classifier,
 )
-
-from . import stimuli
 
 NOISES = {
     "cough": stimuli.cough,

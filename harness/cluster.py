@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import nats
+from nats.aio.client import Client
 
 from .processes import Broker, free_port
 
@@ -75,7 +76,7 @@ class Cluster:
         go there: a paused node accepts a connection and never completes it)."""
         return [node.url for node in self.nodes if node.running] or self.servers
 
-    async def connect(self) -> nats.NATS:
+    async def connect(self) -> Client:
         """A quiet connection to a live node, for the test's own reads."""
         return await nats.connect(
             servers=self.live, connect_timeout=2, error_cb=_quiet, max_reconnect_attempts=2,

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import httpx
 from websockets.asyncio.client import ClientConnection, connect
 
-from tests.support.processes import ServiceProcess, free_port
+from harness.processes import ServiceProcess, free_port
 
 T = TypeVar("T")
 

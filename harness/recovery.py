@@ -19,8 +19,8 @@ from typing import Any
 
 import httpx
 
-from tests.support.processes import Broker
-from tests.surface.stack import Chat, SurfaceStack, open_chat, unique
+from harness.processes import Broker
+from harness.surface import Chat, SurfaceStack, open_chat, unique
 
 # Every kind of process the system runs, by the stack's process name (the broker apart).
 KINDS = {

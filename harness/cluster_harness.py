@@ -18,8 +18,7 @@ from typing import Any
 
 import httpx
 
-from libs.bus import Context, Topology
-from tests.chaos.checks import (
+from harness.chaos.checks import (
     Replayed,
     Verdict,
     check_acknowledged,
@@ -28,9 +27,10 @@ from tests.chaos.checks import (
     check_projections,
     replay_all,
 )
-from tests.chaos.driver import Acked
-from tests.support.cluster import Cluster
-from tests.surface.stack import Chat, SurfaceStack, eventually, open_chat, unique
+from harness.chaos.driver import Acked
+from harness.cluster import Cluster
+from harness.surface import Chat, SurfaceStack, eventually, open_chat, unique
+from libs.bus import Context, Topology
 
 # Fast failure detection on the client side: a paused node is left after ~3 s of silence.
 CLUSTER_ENV = {

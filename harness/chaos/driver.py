@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 from websockets.asyncio.client import connect
 
-from tests.surface.stack import Chat
+from harness.surface import Chat
 
 _WORDS = ("github", "jira", "slack", "figma", "notion", "sentry", "confluence", "vault")
 _HTTP_TIMEOUT_S = 20.0
