@@ -29,8 +29,8 @@ from pathlib import Path
 import httpx
 
 from bench.common import cpu_seconds, machine
-from bench.recovery import PRODUCTION, WORKER
 from harness.processes import free_port, nats_server_binary, wait_port
+from harness.recovery import PRODUCTION_TIMINGS
 from harness.surface import SurfaceStack, closings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "messages.json"
@@ -149,7 +149,7 @@ def main() -> None:
         wait_port(port)
         stack = SurfaceStack(
             nats_url=f"nats://127.0.0.1:{port}", prefix=f"msg{uuid.uuid4().hex[:6]}", logs=root,
-            env=PRODUCTION, process_env={"operation_worker": WORKER},
+            env={**PRODUCTION_TIMINGS, "HOLDLINE_WORKER_ID": "w1"},
         )
         try:
             stack.start()

@@ -85,7 +85,7 @@ class BusSettings:
     duplicate_window_s: float = 120.0
     # Short on purpose: a handler that still works heartbeats (`in_progress`, every third
     # of this), so only a dead process's messages wait this long for another consumer.
-    ack_wait_s: float = 3.0
+    ack_wait_s: float = 2.0
     max_deliver: int = 5
     redelivery_backoff_s: float = 1.0
     max_event_bytes: int = 256 * 1024
