@@ -157,8 +157,6 @@ class Runtime:
                 delay = min(delay * 2, 2.0)
         self.js = self.nc.jetstream()
         await self._declare()
-        for purpose in BUCKETS:
-            self.buckets[purpose] = await self.js.key_value(self.topology.bucket(purpose))
         for factory in self.consumer_factories:
             consumer = factory(self)
             self.consumers.append(consumer)
@@ -177,6 +175,10 @@ class Runtime:
             try:
                 await ensure_streams(self.js, self.topology, self.settings)
                 await ensure_buckets(self.js, self.topology, self.settings)
+                # Inside the retry: a clustered bucket just created can answer "stream not
+                # found" for a moment while its replicas form their group.
+                for purpose in BUCKETS:
+                    self.buckets[purpose] = await self.js.key_value(self.topology.bucket(purpose))
             except Exception as exc:  # noqa: BLE001 - every refusal is retried, with its reason
                 self.declare_problem = (
                     f"cannot declare the streams with {self.settings.replicas} replica(s): "
