@@ -7,6 +7,7 @@ failure explanation, which are the same for both.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -24,7 +25,7 @@ class Streamed(Protocol):
     text: str
 
 
-class HttpModelAdapter:
+class HttpModelAdapter(ABC):
     """Endpoint, acceptance and failure explanation for an adapter speaking HTTP to a vendor."""
 
     name: str
@@ -48,12 +49,13 @@ class HttpModelAdapter:
             vendor=self.name, transport=transport,
         )
 
+    @abstractmethod
     async def _stream(self, body: dict[str, Any], deadline: float | None) -> Streamed:
-        raise NotImplementedError
+        """Send `body` to this vendor and read its streamed answer."""
 
+    @abstractmethod
     def _failure_body(self, system: str, user: str) -> dict[str, Any]:
         """The request body asking for a failure explanation, in this vendor's format."""
-        raise NotImplementedError
 
     async def aclose(self) -> None:
         """Close the HTTP connections."""

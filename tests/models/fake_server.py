@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, Protocol, TypeVar
@@ -70,7 +71,7 @@ class _QuietServer(ThreadingHTTPServer):
         return  # a client that went away mid-answer is what some tests do on purpose
 
 
-class ScriptedHandler(BaseHTTPRequestHandler):
+class ScriptedHandler(BaseHTTPRequestHandler, ABC):
     """Records the request, then answers its script: a drop, a JSON error, or `stream`."""
 
     # The one path this vendor serves; any other is dropped.
@@ -79,8 +80,9 @@ class ScriptedHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:
         return
 
+    @abstractmethod
     def stream(self, fake: Any, script: Any) -> None:
-        raise NotImplementedError
+        """Write `script` as this vendor's streamed answer."""
 
     def do_POST(self) -> None:
         fake: FakeServer[Any] = self.server.fake  # type: ignore[attr-defined]
