@@ -24,6 +24,7 @@ from libs.events import (
     INTERACTION,
     OPERATIONS,
     DeliveryEvent,
+    DeliveryUnheard,
     Envelope,
     InteractionEvent,
     OperationAdmitted,
@@ -131,7 +132,23 @@ class Gate:
         await self.hydrated.wait()
         env = received.envelope
         if self.state.apply_delivery(env, received.stream_seq):
+            if isinstance(env.event, DeliveryUnheard):
+                await self._catch_up_channel(env.session_id)
             await self.evaluate_session(env.session_id, cause=env.event_id)
+
+    async def _catch_up_channel(self, session_id: str) -> None:
+        """Fold the session's interaction events written before an unheard delivery.
+
+        The surface records a lost connection before it gives the closing back, but that
+        record travels on another stream's consumer and may arrive later: deciding on the
+        older view would hand the closing to the dead connection again, once per lap.
+        """
+        topo = self._rt.topology
+        replayed = await self._events.read_subject(
+            topo.stream_name(Context.INTERACTION), topo.session_subject(session_id), INTERACTION
+        )
+        for item in replayed.items:
+            self.state.apply_interaction(item.envelope, item.stream_seq)
 
     # ------------------------------------------------------------------ deciding
 

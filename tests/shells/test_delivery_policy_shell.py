@@ -10,7 +10,16 @@ from libs.bus import MemoryEventStore
 from libs.clock import ManualClock, SequentialIds
 from libs.config import BusSettings
 from libs.domain.channel import GatePolicy
-from libs.events import DELIVERIES, DeliveryDecided, DeliveryReady
+from libs.events import (
+    DELIVERIES,
+    INTERACTION,
+    ChannelConnected,
+    ChannelDisconnected,
+    DeliveryDecided,
+    DeliveryReady,
+    DeliverySent,
+    DeliveryUnheard,
+)
 from services.delivery_policy.handlers import Gate
 from services.delivery_policy.settings import SERVICE, Settings
 from tests.support.events import T0, envelope
@@ -74,4 +83,41 @@ async def test_a_concurrent_writer_makes_the_gate_reload_and_decide_again() -> N
     # Reloaded, decided again from the rival's decision and found nothing left to append.
     assert [i.envelope.event_id for i in stored] == [ready.envelope.event_id, "ev_rival"]
     assert gate.state.deliveries.last_seq["d1"] == theirs.stream_seq
+    await gate.stop()
+
+
+async def test_an_unheard_closing_is_decided_on_the_channel_written_before_it() -> None:
+    store, clock = MemoryEventStore(), ManualClock(at=T0)
+    gate = _gate(store, clock)
+    topo = gate._rt.topology
+    session, subject = topo.session_subject("s1"), topo.delivery_subject("s1", "d1")
+    attached = await put(store, INTERACTION, session, envelope(
+        ChannelConnected(channel="agent", connection_id="agent_1"), session_id="s1"))
+    await gate.on_interaction(attached)
+    await gate.on_delivery(await put(store, DELIVERIES, subject, _ready("d1")))
+    decided = (await store.read_subject("deliveries", subject, DELIVERIES)).items[-1]
+    assert isinstance(decided.envelope.event, DeliveryDecided)
+    assert decided.envelope.event.decision == "deliver_now"
+    # The agent's surface records the lost connection, then gives the closing back; the
+    # gate hears of the closing first (the interaction consumer lags behind).
+    await put(store, INTERACTION, session, envelope(
+        ChannelDisconnected(channel="agent", connection_id="agent_1", reason="owner_lost"),
+        session_id="s1"))
+    sent = await put(store, DELIVERIES, subject, envelope(
+        DeliverySent(mode="proactive", channel="agent", connection_id="agent_1"),
+        session_id="s1", delivery_id="d1"))
+    await gate.on_delivery(sent)
+    unheard = await put(store, DELIVERIES, subject, envelope(
+        DeliveryUnheard(played_ms=0, reason="not_started: agent connection lost"),
+        session_id="s1", delivery_id="d1"))
+
+    await gate.on_delivery(unheard)
+
+    after = [i.envelope.event for i in
+             (await store.read_subject("deliveries", subject, DELIVERIES)).items]
+    last = after[-1]
+    # Not handed to the dead connection again: it waits for the next connection or turn.
+    assert isinstance(last, DeliveryDecided)
+    assert last.decision == "attach_next_turn", last
+    assert last.reason.startswith("channel_disconnected")
     await gate.stop()
