@@ -6,6 +6,9 @@ Everything is derived from the msgspec structs in `libs.events` and the subject 
     python -m libs.proto           # rewrite proto/asyncapi.json, proto/agent-asyncapi.json
                                    # and proto/schemas/*.json
     python -m libs.proto --check   # exit 1 with a unified diff when they are out of date
+
+Over 400 lines: the two AsyncAPI documents (bus and Agent API) share the schema walker
+and the subject addressing, so generator and checker stay one module.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ depends only on those projections, the policy's timings and the `now` it is give
 
 Reasons are stable codes (`user_speaking`, `stale_superseded`, ...) followed by detail
 after a colon, so dashboards can group on the code and people can read the rest.
+
+Over 400 lines on purpose: the channel fold, the relevance checks and the timing choice are
+one decision (`decide_delivery`) and its inputs, kept together so the rule reads in order.
 """
 
 from __future__ import annotations

@@ -3,6 +3,9 @@
 It reads English and Spanish requests for the demo tools with small phrase readers
 (`understanding`), answers status questions from the live operations only, and phrases
 acceptances and failure explanations from templates. It never reads the clock.
+
+Over 400 lines: one reader and one phrasing per demo tool, in two languages; it is a test
+double of a language model, not part of the runtime's core (which knows no tool by name).
 """
 
 from __future__ import annotations

@@ -1,5 +1,8 @@
 """Pure logic of the sandbox provider: validation, idempotency decisions, fault matching,
 record transitions and ledger keys. Nothing here does I/O or reads a clock.
+
+Over 400 lines on purpose: it is the system of record's whole rule book (every resource's
+validation and transitions), one pure module that the engine and its tests read.
 """
 
 from __future__ import annotations

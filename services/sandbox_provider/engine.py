@@ -9,6 +9,9 @@ Order for every mutating request that passed validation:
 5. commit the effect, its ledger count and the stored response in one transaction;
 6. ``timeout_after_commit`` then hangs before answering: a retry meanwhile gets the
    stored result, which is what a client that timed out needs.
+
+Over 400 lines because these six steps are one transaction's order and are read top to
+bottom; the pure rules they apply are in `domain.py`.
 """
 
 from __future__ import annotations
