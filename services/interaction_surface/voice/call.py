@@ -48,7 +48,6 @@ import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
@@ -101,10 +100,6 @@ _NOT_DONE = "Okay, I have not done anything. Please say it again, or press the k
 # Looks at a voice turn's proposed calls before admission (see `floor.doubtful_values`).
 Review = Callable[[Sequence[tuple[str, Mapping[str, Any]]]], str | None]
 
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 @dataclass
@@ -737,8 +732,6 @@ class CallRegistry:
     """The calls attached to this process, by session (the latest call wins)."""
 
     calls: dict[str, Call] = field(default_factory=dict)
-    # Called with every call that attaches (the delivery executor watches its session).
-    on_attach: list[Callable[[Call], None]] = field(default_factory=list)
 
     def get(self, session_id: str) -> Call | None:
         """The live call of a session, if this process holds one."""
@@ -748,8 +741,6 @@ class CallRegistry:
     def attach(self, call: Call) -> None:
         """A call starts carrying its session's voice."""
         self.calls[call.session_id] = call
-        for hook in self.on_attach:
-            hook(call)
 
     def detach(self, call: Call) -> None:
         """The call ended."""
