@@ -1,45 +1,36 @@
-"""One phone call's shell (`Call`): it feeds audio to the VAD and the recognizer, paces the
-agent's audio out, and carries out what the pure rules decide.
+"""One phone call's shell (`Call`): it feeds audio to the VAD and the recognizer and carries
+out what the pure rules decide; the agent's audio goes out through `outbound.Playout`.
 
 The rules, and where they live (each tested without a socket, tests/voice):
-- `turn_taking`: suspected barge-in holds the line (nothing flushed; `rejected` opens it
+- `turn_taking`: suspected speech holds the line (nothing flushed; `rejected` opens it
   again); confirmed speech over the agent cuts it (`plan_cut`: settle, or suspend for the
   false-interruption verdict); what the caller's words mean when they end (backchannel,
   resume, a real interruption, a yes/no to a doubt, a turn); how a cut utterance resumes
   from its first unheard word (`plan_resume`, `resumed`).
-- `playback`: what was heard (marks and clears), what is recorded when an utterance settles
-  or a reply was cut (`finished`, `truncated`, `unsaid`), when a queued utterance is dropped
-  unsent (`abandon_reason`) and how far sending runs ahead (`pace_delay_ms`).
+- `playback`: what was heard (marks and clears), what a settled utterance or a cut reply
+  records (`finished`, `truncated`, `unsaid`), when a queued utterance is dropped unsent.
 - `dtmf`: key presses as yes/no or a typed entry; `floor`: backchannels, doubtful hearings.
 
 Barge-in order (the latency that matters): `clear` is sent first, nothing awaited on the
 bus before it; then `control.barge_in`, `playback.finished` and, for a cut reply,
 `reply.truncated` are recorded in order by the call's `Recorder`. Operations are untouched:
-cancelling business is a turn's job.
+cancelling business is a turn's job. `perf_counter` only measures that latency.
 
-Times: `now_ms` (monotonic, since the call started) drives the playout model; it measures
-how long audio has played on a phone that plays in real time, and is not the surface's
-`Clock` (no event carries it). `perf_counter` measures barge-in latency for the metric.
-
-Over 400 lines because one call is one state machine (inbound audio, playout, barge-in,
-resumes, DTMF, turns) whose parts share its state and its tasks; what remains here is
-waiting, sending and recording what the rules returned.
+About 500 lines because one call is one state machine (inbound audio, barge-in, resumes,
+DTMF, doubts, turns) whose parts share its state and its tasks; what remains here is
+waiting and recording what the rules returned.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import logging
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-import msgspec
-from fastapi import WebSocket, WebSocketDisconnect
+from fastapi import WebSocket
 
 from libs import metrics
 from libs.domain import SessionState
@@ -48,7 +39,6 @@ from libs.events import (
     ChannelDisconnected,
     ControlEvent,
     InteractionEvent,
-    PlaybackStarted,
     SpeechStarted,
     SpeechStopped,
 )
@@ -56,9 +46,10 @@ from libs.events import (
 from . import dtmf
 from . import playback as pb
 from . import turn_taking as tt
-from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_ms, ulaw_to_pcm16
+from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_to_pcm16
 from .engines.base import Recognizer, final_text, heard_words, known_values
 from .floor import Word, doubtful_values, question
+from .outbound import Playout
 from .playback import PlaybackLedger, Settled
 from .ports import Review, SpeechPorts
 from .recorder import Recorder
@@ -72,18 +63,10 @@ log = logging.getLogger(__name__)
 FRAMES_REJECTED = metrics.TELEPHONY_FRAMES_REJECTED
 CALLS = metrics.TELEPHONY_CALLS
 
-# Outbound media message size: 40 ms of μ-law, so paced sending stops within 40 ms.
-_MEDIA_BYTES = 320
 _WALL_FRAMES = 256
 # Speech is confirmed up to the VAD's confirm window after its first voiced frame: the
 # recognizer still gets the first syllable.
 _PREROLL_FRAMES = 25
-
-
-@dataclass
-class _Pending:
-    settled: asyncio.Future[Settled]
-    task: asyncio.Task[None] | None = None
 
 
 class Call:
@@ -97,31 +80,28 @@ class Call:
         call_sid: str,
         ports: SpeechPorts,
     ) -> None:
-        self.ws = websocket
         self.session = session
         self.session_id = session.session_id
         self.stream_sid = stream_sid
         self.connection_id = f"call_{call_sid}"
         self.ports = ports
-        self.ledger = PlaybackLedger()
+        self.out = Playout(
+            websocket, stream_sid, name=self.connection_id, tts=ports.tts,
+            lead_ms=ports.playout_lead_ms,
+            started=lambda event, refs: self.interaction(event, **refs),
+            finished=self._record_finished,
+        )
         self.vad = VoiceActivity(ports.vad)
         self.splitter = FrameSplitter(PCM_FRAME_BYTES)
         self.rejected: dict[str, int] = {}
-        self.clears = 0
-        self._t0 = time.monotonic()
         self._stream_ms = 0
         self._frame_wall: deque[tuple[int, float]] = deque(maxlen=_WALL_FRAMES)
-        self._pending: dict[str, _Pending] = {}
-        self._speak_lock = asyncio.Lock()
-        self._send_lock = asyncio.Lock()
         self._recorder = Recorder(self.connection_id, log)
         self._recognizer: Recognizer | None = None
         # Audio just before VAD confirmed speech: the recognizer must hear the first syllable.
         self._preroll: deque[bytes] = deque(maxlen=_PREROLL_FRAMES)
         self._turn_task: asyncio.Task[None] | None = None
         self._cancelled_turns: set[asyncio.Task[None]] = set()
-        self.closed = False
-        self._generation = 0
         self.last_barge_in_s: float | None = None
         # Cut by a barge-in whose verdict (real or false) is not known yet.
         self._suspended: list[Settled] = []
@@ -130,19 +110,25 @@ class Call:
         self._digits = ""
         self._dtmf_turns = 0
         self._dtmf_timer: asyncio.Task[None] | None = None
-        # Closed while a suspected barge-in is being checked: nothing more is sent, nothing
-        # is flushed, so a false alarm costs at most a short gap and repeats nothing.
-        self._flowing = asyncio.Event()
-        self._flowing.set()
         self.held_since: float | None = None
         self.false_alarms = 0
         # A request heard with doubt, waiting for the caller's yes or no.
         self._doubt: str | None = None
         self._heard_turns = 0
 
+    @property
+    def ledger(self) -> PlaybackLedger:
+        """What is playing on the call and what was heard."""
+        return self.out.ledger
+
+    @property
+    def closed(self) -> bool:
+        """The call ended."""
+        return self.out.closed
+
     def now_ms(self) -> int:
-        """Milliseconds since the call started (a measurement: the phone plays in real time)."""
-        return int((time.monotonic() - self._t0) * 1000)
+        """Milliseconds since the call started (the playout model's clock)."""
+        return self.out.now_ms()
 
     def interaction(self, event: InteractionEvent, **ids: Any) -> None:
         """Record an interaction event of this call's session (queued, in order)."""
@@ -190,7 +176,7 @@ class Call:
             return
         floor = tt.Floor(
             playing=self.ledger.active,
-            flowing=self._flowing.is_set(),
+            flowing=self.out.flowing,
             replying=self._turn_task is not None,
             verdict_pending=self._verdict is not None,
             recognizing=self.ports.stt is not None,
@@ -225,7 +211,7 @@ class Call:
         """Carry out one decision of `turn_taking`."""
         match action:
             case tt.Hold():
-                self._flowing.clear()
+                self.out.hold()
                 self.held_since = voiced_wall
             case tt.CountFalseAlarm():
                 self.false_alarms += 1
@@ -295,15 +281,14 @@ class Call:
     def _release(self) -> None:
         """Sending may go on (a false alarm, or the barge-in already flushed the line)."""
         self.held_since = None
-        self._flowing.set()
+        self.out.release()
 
     async def barge_in(self, first_voiced_wall: float) -> None:
         """The user spoke over the agent: stop the voice now, then record what was heard."""
         flushed: list[Settled] = []
-        self._generation += 1
+        self.out.cut()
         if self.ledger.active:
-            await self._send({"event": "clear", "streamSid": self.stream_sid})
-            self.clears += 1
+            await self.out.clear()
             self.last_barge_in_s = time.perf_counter() - first_voiced_wall
             metrics.BARGE_IN.observe(self.last_barge_in_s)
             flushed = self.ledger.clear(self.now_ms(), "barge_in")
@@ -320,7 +305,7 @@ class Call:
             if cut.suspend:
                 self._suspend(cut.item)
             else:
-                self._settle(cut.item)
+                self.out.settle(cut.item)
         self.control(
             plan.event,
             playback_id=plan.playback_id,
@@ -330,9 +315,7 @@ class Call:
 
     def _suspend(self, item: Settled) -> None:
         """Flushed audio (recorded now); its outcome waits for the interruption's verdict."""
-        pending = self._pending.get(item.utterance.playback_id)
-        if pending is not None and pending.task is not None and not pending.task.done():
-            pending.task.cancel()
+        self.out.stop_stream(item.utterance.playback_id)
         self._record_finished(item)
         self._suspended.append(item)
 
@@ -340,7 +323,7 @@ class Call:
         """The interruption was real (or the call ended): what was cut stays unheard."""
         suspended, self._suspended = self._suspended, []
         for item in suspended:
-            self._resolve(pb.unheard(item, reason))
+            self.out.resolve(pb.unheard(item, reason))
 
     async def _await_false_interruption(self) -> None:
         await asyncio.sleep(self.ports.vad.false_interruption_ms / 1000)
@@ -362,7 +345,7 @@ class Call:
         u = item.utterance
         plan = tt.plan_resume(u.text, item.heard_text, u.playback_id)
         if isinstance(plan, tt.HeardAll):
-            self._resolve(Settled(u, heard=True, played_ms=u.duration_ms, reason="played_out"))
+            self.out.resolve(Settled(u, heard=True, played_ms=u.duration_ms, reason="played_out"))
             return
         try:
             after = await self.say(
@@ -372,26 +355,11 @@ class Call:
         except Exception:
             log.exception("call %s: resuming %s failed", self.connection_id, u.playback_id)
             after = Settled(u, heard=False, played_ms=0, reason="resume_failed")
-        self._resolve(tt.resumed(item, after))
+        self.out.resolve(tt.resumed(item, after))
 
     def on_mark(self, name: str) -> None:
         """A mark came back from the phone."""
-        settled = self.ledger.on_mark(name, self.now_ms())
-        if settled is not None:
-            self._settle(settled)
-
-    def _settle(self, item: Settled) -> None:
-        self._resolve(item)
-        self._record_finished(item)
-
-    def _resolve(self, item: Settled) -> None:
-        """Answer whoever waits on the utterance (`say`)."""
-        pending = self._pending.pop(item.utterance.playback_id, None)
-        if pending is not None:
-            if pending.task is not None and not pending.task.done():
-                pending.task.cancel()
-            if not pending.settled.done():
-                pending.settled.set_result(item)
+        self.out.on_mark(name)
 
     def _record_finished(self, item: Settled) -> None:
         if not item.heard:
@@ -444,109 +412,14 @@ class Call:
 
     # ------------------------------------------------------------------ outbound
 
-    async def _send(self, message: dict[str, Any]) -> None:
-        if self.closed:
-            return
-        async with self._send_lock:
-            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                await self.ws.send_text(msgspec.json.encode(message).decode())
-
     async def say(
         self, text: str, playback_id: str, *, interrupt: bool = False, **ids: str | None
     ) -> Settled:
         """Speak `text`; the answer says whether it was heard, and how much of it played."""
-        if interrupt and self.ledger.active:
-            await self._send({"event": "clear", "streamSid": self.stream_sid})
-            self.clears += 1
-            for item in self.ledger.clear(self.now_ms(), "urgent_interrupt"):
-                self._settle(item)
-        loop = asyncio.get_running_loop()
-        pending = _Pending(loop.create_future())
-        self._pending[playback_id] = pending
-        generation = self._generation
-        async with self._speak_lock:
-            dropped_because = pb.abandon_reason(
-                closed=self.closed,
-                cut_while_queued=generation != self._generation,
-                interrupt=interrupt,
-                is_delivery=playback_id == ids.get("delivery_id"),
-                caller_speaking=self.vad.speaking,
-            )
-            if dropped_because is not None:
-                return self._abandon(playback_id, text, dropped_because, **ids)
-            self.ledger.begin(playback_id, text, self.now_ms(), **ids)
-            pending.task = asyncio.create_task(self._stream(playback_id, text, ids))
-            await asyncio.wait({pending.task})
-            if not pending.task.cancelled() and pending.task.exception() is not None:
-                log.error("call %s: TTS failed: %r", self.connection_id, pending.task.exception())
-                dropped = self.ledger.drop(playback_id, self.now_ms(), "tts_failed")
-                if dropped is not None:
-                    self._settle(dropped)
-        return await pending.settled
-
-    def _abandon(self, playback_id: str, text: str, reason: str, **ids: str | None) -> Settled:
-        self._pending.pop(playback_id, None)
-        self.ledger.begin(playback_id, text, self.now_ms(), **ids)
-        dropped = self.ledger.drop(playback_id, self.now_ms(), reason)
-        assert dropped is not None
-        return dropped
-
-    async def _stream(self, playback_id: str, text: str, ids: dict[str, str | None]) -> None:
-        """Synthesis runs ahead into a queue; sending follows the playout pace."""
-        pieces: asyncio.Queue[bytes | None] = asyncio.Queue()
-        producer = asyncio.create_task(self._synthesize(playback_id, text, ids, pieces))
-        try:
-            while (piece := await pieces.get()) is not None:
-                await self._pace()
-                await self._send(
-                    {
-                        "event": "media",
-                        "streamSid": self.stream_sid,
-                        "media": {"payload": base64.b64encode(piece).decode()},
-                    }
-                )
-                self.ledger.add_audio(playback_id, ulaw_ms(piece), self.now_ms())
-            # A failed synthesis raises here: no mark for audio that never finished.
-            await producer
-        finally:
-            if not producer.done():
-                producer.cancel()
-        await self._send(
-            {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": playback_id}}
+        return await self.out.say(
+            text, playback_id, interrupt=interrupt, caller_speaking=lambda: self.vad.speaking,
+            ids=ids,
         )
-        self.ledger.sent(playback_id)
-
-    async def _synthesize(
-        self,
-        playback_id: str,
-        text: str,
-        ids: dict[str, str | None],
-        pieces: asyncio.Queue[bytes | None],
-    ) -> None:
-        """TTS into media-sized pieces; `playback.started` once the whole length is known
-        (the policy sees the agent talking from the start of the utterance)."""
-        sent = 0
-        try:
-            async for chunk in self.ports.tts.stream(text):
-                for start in range(0, len(chunk), _MEDIA_BYTES):
-                    pieces.put_nowait(chunk[start : start + _MEDIA_BYTES])
-                sent += len(chunk)
-            self.interaction(
-                PlaybackStarted(text=text, duration_ms=ulaw_ms(sent)),
-                playback_id=playback_id, **ids,
-            )
-        finally:
-            pieces.put_nowait(None)
-
-    async def _pace(self) -> None:
-        """Wait until the next piece may go: not held, and at most the lead queued ahead."""
-        while True:
-            await self._flowing.wait()
-            queued = self.ledger.queued_ms(self.now_ms())
-            delay = pb.pace_delay_ms(self.ports.playout_lead_ms, queued)
-            if delay == 0:
-                return
-            await asyncio.sleep(delay / 1000)
 
     # ------------------------------------------------------------------ turns
 
@@ -570,8 +443,9 @@ class Call:
                 await self.ports.settle_attached(
                     self.session_id,
                     attached,
-                    self._abandon(
-                        response_id, reply, "barge_in", turn_id=turn_id, response_id=response_id
+                    self.out.abandon(
+                        response_id, reply, "barge_in",
+                        {"turn_id": turn_id, "response_id": response_id},
                     ),
                 )
             return
@@ -594,8 +468,7 @@ class Call:
         `channel.disconnected` is stored before any delivery is settled unheard, so the
         policy never re-decides a delivery while it still believes the call is there.
         """
-        self.closed = True
-        self._flowing.set()
+        self.out.close()
         recorded = asyncio.Event()
 
         async def disconnected() -> None:
@@ -615,11 +488,9 @@ class Call:
             if timer is not None:
                 timer.cancel()
         for item in self.ledger.clear(self.now_ms(), reason):
-            self._settle(item)
+            self.out.settle(item)
         self._settle_suspended(reason)
-        for pending in list(self._pending.values()):
-            if pending.task is not None and not pending.task.done():
-                pending.task.cancel()
+        self.out.stop_all()
         if self._turn_task is not None and not self._turn_task.done():
             self._cancelled_turns.add(self._turn_task)
         CALLS.labels(outcome=reason).inc()
