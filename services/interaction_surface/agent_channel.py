@@ -197,15 +197,15 @@ class AgentChannel:
         surface: Surface,
         *,
         executor: Callable[[], DeliveryExecutor],
-        ownership: Callable[[], CallOwnership | None],
+        ownership: CallOwnership,
     ) -> None:
         self.surface = surface
         self.view = surface.view
         self._clock = surface.clock
         self._ids = surface.ids
         self.registry = AgentRegistry()
-        # Both are looked up when used: the executor pushes to this channel (a cycle the
-        # composition root closes with a late lookup), and call ownership starts with voice.
+        # Looked up when used: the executor pushes to this channel (a cycle the composition
+        # root closes with a late lookup). Ownership's bucket opens when voice starts.
         self._executor = executor
         self._ownership = ownership
         # One signal of a session at a time: each compares with the view its predecessor's
@@ -251,10 +251,9 @@ class AgentChannel:
     async def _alive(self, connection_id: str) -> bool:
         if self.registry.held(connection_id):
             return True
-        ownership = self._ownership()
-        if ownership is None:
+        if not self._ownership.ready:
             return False
-        return await ownership.owner_of(connection_id) is not None
+        return await self._ownership.owner_of(connection_id) is not None
 
     def _exec(self) -> DeliveryExecutor:
         return self._executor()
@@ -362,9 +361,7 @@ class AgentChannel:
         # Held (here and in the shared bucket) before anyone can see it attached, so another
         # surface that picks a closing up finds it alive and leaves it to this one.
         self.registry.attach(conn)
-        ownership = self._ownership()
-        if ownership is not None:
-            await ownership.claim(conn.connection_id)
+        await self._ownership.claim(conn.connection_id)
         await self.surface.append_interaction(
             session_id,
             ChannelConnected(channel="agent", connection_id=conn.connection_id),
@@ -379,9 +376,7 @@ class AgentChannel:
         self.registry.detach(conn)
         if conn.watcher is not None and conn.watcher is not asyncio.current_task():
             conn.watcher.cancel()
-        ownership = self._ownership()
-        if ownership is not None:
-            await ownership.release(conn.connection_id)
+        await self._ownership.release(conn.connection_id)
         await self.gone(conn.session_id, conn.connection_id, reason)
 
     async def gone(self, session_id: str, connection_id: str, reason: str) -> None:

@@ -37,6 +37,8 @@ from .projections import SurfaceView
 from .settings import Settings
 from .tool_calls import ToolCalls
 from .voice.call import CallRegistry
+from .voice.ownership import CallOwnership
+from .voice.settings import VoiceSettings
 from .voice.wiring import install_voice, start_voice
 
 STATIC = Path(__file__).parent / "static"
@@ -94,13 +96,17 @@ def start_parts(
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the surface's app."""
     settings = settings or Settings.from_env()
-    view = SurfaceView()
     load_view = LoadView()
     calls = CallRegistry()
     # The process's one clock and id factory: every part below gets these two.
     clock, ids = SYSTEM_CLOCK, RANDOM_IDS
     # The composition root: every part is built here, in dependency order, before start-up;
-    # only what needs the broker connection waits for it (`start_parts`, given in one step).
+    # only what needs the broker connection waits for it (`start_parts` and `start_voice`,
+    # each given in one step).
+    # Before anything starts: a bad tool declaration stops the service (DeclarationError).
+    registry = default_registry()
+    view = SurfaceView(label=registry.label)
+    voice_settings = VoiceSettings.from_env()
     runtime = Runtime(
         name="interaction-surface",
         settings=settings.bus,
@@ -113,22 +119,21 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ),
     )
     surface = Surface(runtime=runtime, view=view, settings=settings, clock=clock, ids=ids)
+    # Calls and agent connections are owned in one bucket (same owner, same owner-lost
+    # sweep); it opens when voice starts.
+    ownership = CallOwnership(ids.new("surface"), voice_settings.call_owner_ttl_s)
     # The Agent API's channel settles what it pushes through the same executor, and the
     # executor pushes handed-over deliveries to that channel: a cycle, closed by the
-    # channel looking the executor up when it first needs it. Agent connections are owned
-    # like calls (same bucket, same owner-lost sweep), which start with voice.
-    channel = AgentChannel(
-        surface, executor=lambda: executor, ownership=lambda: telephony.ownership
+    # channel looking the executor up when it first needs it.
+    channel = AgentChannel(surface, executor=lambda: executor, ownership=ownership)
+    executor = DeliveryExecutor(
+        runtime, view, settings, calls, clock=clock, ids=ids, agent=channel, ownership=ownership
     )
-    executor = DeliveryExecutor(runtime, view, settings, calls, clock=clock, ids=ids, agent=channel)
     agent_api = AgentApi(surface, channel)
     runtime.consumer_factories = (
         runtime.consumes(Context.DELIVERIES, DELIVERIES, executor.on_delivery),
     )
     model = conversation_model(settings.model_modules)
-    # Before anything starts: a bad tool declaration stops the service (DeclarationError).
-    registry = default_registry()
-    view.label = registry.label
 
     async def on_start() -> None:
         js = runtime.jetstream
@@ -139,11 +144,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
         metrics.initialise_deliveries()
         surface.started = start_parts(runtime, surface, load_view, registry, model)
-        await start_voice(telephony, surface, lambda: executor)
+        telephony.started = await start_voice(telephony, surface, executor)
 
     async def on_stop() -> None:
-        if telephony.sweeper is not None:
-            telephony.sweeper.cancel()
+        if telephony.started is not None:
+            telephony.started.sweeper.cancel()
         await view.close()
         await load_view.close()
         if surface.started is not None:
@@ -155,7 +160,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     install(app, surface)
     app.include_router(build_agent_router(agent_api))
-    telephony = install_voice(app, surface, calls)
+    telephony = install_voice(
+        app, surface, calls, settings=voice_settings, ownership=ownership, executor=executor
+    )
     publish(app, {**BODIES, **AGENT_BODIES})
 
     @app.get("/", include_in_schema=False)

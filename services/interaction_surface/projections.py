@@ -154,10 +154,11 @@ def _session_key(env: Envelope[Any]) -> str:
 class SurfaceView:
     """Live projections of every session, fed by ordered consumers over the event streams."""
 
-    def __init__(self) -> None:
-        # Words for an operation, from its tool's declaration (set from the registry at start).
-        self.label: Callable[[str, Mapping[str, Any]], str] = lambda _tool, args: label_of(
-            None, args
+    def __init__(self, label: Callable[[str, Mapping[str, Any]], str] | None = None) -> None:
+        # Words for an operation, from its tool's declaration (the registry's, given by the
+        # composition root); without one, the arguments' own words.
+        self.label: Callable[[str, Mapping[str, Any]], str] = label or (
+            lambda _tool, args: label_of(None, args)
         )
         self.sessions: Projection[SessionState, Any] = Projection(session.evolve, _session_key)
         self.operations: Projection[OperationState, Any] = Projection(operation.evolve, _op_key)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -34,28 +33,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     metrics.initialise_tools(
         (t.name for t in registry.tools(include_internal=True)), [s.value for s in TERMINAL]
     )
-    holder: dict[str, Worker] = {}
-
-    def worker(runtime: Runtime) -> Worker:
-        if "w" not in holder:
-            holder["w"] = Worker(
-                runtime.jetstream,
-                runtime.topology,
-                registry,
-                settings,
-                leases=runtime.bucket("leases"),
-                # The process's one clock and id factory, chosen here at its root.
-                clock=SYSTEM_CLOCK,
-                ids=RANDOM_IDS,
-            )
-        return holder["w"]
 
     def dispatch(runtime: Runtime) -> DurableConsumer[Any]:
         return runtime.consumer(
             Context.OPERATIONS,
             durable="operation-worker-dispatch",
             codec=OPERATIONS,
-            handler=worker(runtime).dispatch,
+            handler=worker.dispatch,
         )
 
     def work(runtime: Runtime) -> DurableConsumer[Any]:
@@ -64,7 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             Context.WORK,
             durable="operation-worker-work",
             codec=WORK,
-            handler=worker(runtime).work,
+            handler=worker.work,
             group_by=lambda subject: subject,
             max_in_flight=settings.max_in_flight,
         )
@@ -75,6 +59,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         publishes=(Context.OPERATIONS, Context.WORK, Context.DLQ),
         consumer_factories=(dispatch, work),
     )
+    # The process's one clock and id factory, chosen here at its root; the worker reads the
+    # broker connection from the runtime once it is started.
+    clock, ids = SYSTEM_CLOCK, RANDOM_IDS
+    worker = Worker(runtime, registry, settings, clock=clock, ids=ids)
 
     async def stop() -> None:
         await client.aclose()
@@ -94,12 +82,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 413, "Payload too large", f"callbacks are limited to {_MAX_CALLBACK_BYTES} bytes"
             )
         try:
-            parsed = receiver.parse_callback(request.headers, body, now=time.time())
+            parsed = receiver.parse_callback(request.headers, body, now=clock.now().timestamp())
         except CallbackRefused as refused:
             return problem(refused.status, refused.title, refused.detail, slug=refused.slug)
-        if "w" not in holder:
-            return problem(503, "Service unavailable", "the worker is still starting")
-        outcome = await holder["w"].complete_from_callback(parsed, executor)
+        outcome = await worker.complete_from_callback(parsed, executor)
         if outcome == FOREIGN:
             return problem(
                 422,

@@ -51,6 +51,7 @@ from libs.events import (
     OperationUnknown,
     WorkCommand,
 )
+from libs.service import Runtime
 from libs.tools import CallbackResult, OperationCall, ToolDeclaration, ToolRegistry
 
 from .domain import (
@@ -106,25 +107,32 @@ class Worker:
 
     def __init__(
         self,
-        js: JetStreamContext,
-        topology: Topology,
+        runtime: Runtime,
         registry: ToolRegistry,
         settings: Settings,
         *,
-        leases: KeyValue,
         clock: Clock = SYSTEM_CLOCK,
         ids: Ids = RANDOM_IDS,
     ) -> None:
-        self._js = js
-        self._topology = topology
+        # Built at the composition root before the broker is connected: the connection and
+        # the leases bucket are read from the runtime when used.
+        self._runtime = runtime
+        self._topology: Topology = runtime.topology
         self._registry = registry
         self._settings = settings
-        self._leases = leases
         self._clock = clock
         self._ids = ids
         self._budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min)
         # Jitter only, never security: a plain PRNG is the right tool.
         self._rand = random.Random()  # noqa: S311
+
+    @property
+    def _js(self) -> JetStreamContext:
+        return self._runtime.jetstream
+
+    @property
+    def _leases(self) -> KeyValue:
+        return self._runtime.bucket("leases")
 
     # -- loading and appending -----------------------------------------------------------
     async def _load(self, session_id: str, operation_id: str) -> _Op | None:
@@ -250,13 +258,13 @@ class Worker:
         """
         owner, ttl = self._settings.worker_id, self._settings.lease_ttl_s
         # Bounded by the holder: it finishes, or stops renewing and the lease expires.
-        while (lease := await acquire(self._leases, operation_id, owner, ttl)) is None:
+        while (lease := await acquire(self._leases, operation_id, owner, ttl, self._clock)) is None:
             op = await self._load(session_id, operation_id)
             if op is None or op.state.terminal:
                 return None
             # Wake right at the holder's expiry (a dead worker's operation is taken over
             # then, not up to a poll later); a live holder has renewed it by that time.
-            left = await expires_in(self._leases, operation_id)
+            left = await expires_in(self._leases, operation_id, self._clock)
             poll = self._settings.poll_interval_s * 4
             await asyncio.sleep(poll if left is None else min(poll, max(0.02, left + 0.01)))
         return lease
@@ -272,7 +280,9 @@ class Worker:
         owner, ttl = f"{self._settings.worker_id}/{operation_id}", self._settings.lease_ttl_s
         while True:
             for i in range(limit):
-                slot = await acquire(self._leases, f"slot.{op.state.tool}.{i}", owner, ttl)
+                slot = await acquire(
+                    self._leases, f"slot.{op.state.tool}.{i}", owner, ttl, self._clock
+                )
                 if slot is not None:
                     return slot
             fresh = await self._load(session_id, operation_id)

@@ -15,24 +15,33 @@ would let it lapse.
 from __future__ import annotations
 
 import contextlib
-import time
 
 from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
+
+from libs.clock import Clock
+
+
+def _epoch(clock: Clock) -> float:
+    # Expiries are wall-clock seconds in the value: every worker's clock reads them.
+    return clock.now().timestamp()
 
 
 class Lease:
     """A held lease; renew it while working, release it when done."""
 
-    def __init__(self, kv: KeyValue, key: str, owner: str, ttl_s: float, revision: int) -> None:
+    def __init__(
+        self, kv: KeyValue, key: str, owner: str, ttl_s: float, revision: int, *, clock: Clock
+    ) -> None:
         self._kv = kv
+        self._clock = clock
         self._key = key
         self._owner = owner
         self._ttl_s = ttl_s
         self._revision = revision
 
     def _value(self) -> bytes:
-        return f"{self._owner}|{time.time() + self._ttl_s:.3f}".encode()
+        return f"{self._owner}|{_epoch(self._clock) + self._ttl_s:.3f}".encode()
 
     async def renew(self) -> bool:
         """Extend the lease; False if someone else took it (we were presumed dead)."""
@@ -62,7 +71,7 @@ class Lease:
             await self._kv.delete(self._key, last=self._revision)
 
 
-async def expires_in(kv: KeyValue, key: str) -> float | None:
+async def expires_in(kv: KeyValue, key: str, clock: Clock) -> float | None:
     """Seconds until the current holder's lease runs out (None: no lease, or unreadable)."""
     try:
         entry = await kv.get(key)
@@ -70,29 +79,31 @@ async def expires_in(kv: KeyValue, key: str) -> float | None:
         return None
     expires = (entry.value or b"").decode().partition("|")[2]
     try:
-        return float(expires) - time.time()
+        return float(expires) - _epoch(clock)
     except ValueError:
         return None
 
 
-async def acquire(kv: KeyValue, key: str, owner: str, ttl_s: float) -> Lease | None:
+async def acquire(
+    kv: KeyValue, key: str, owner: str, ttl_s: float, clock: Clock
+) -> Lease | None:
     """Take the lease if free, expired or already ours; None while another worker holds it."""
-    value = f"{owner}|{time.time() + ttl_s:.3f}".encode()
+    value = f"{owner}|{_epoch(clock) + ttl_s:.3f}".encode()
     try:
         revision = await kv.create(key, value)
     except KeyWrongLastSequenceError:
         pass
     else:
-        return Lease(kv, key, owner, ttl_s, revision)
+        return Lease(kv, key, owner, ttl_s, revision, clock=clock)
     try:
         entry = await kv.get(key)
     except NotFoundError:
-        return await acquire(kv, key, owner, ttl_s)
+        return await acquire(kv, key, owner, ttl_s, clock)
     holder, _, expires = (entry.value or b"").decode().partition("|")
-    if holder != owner and float(expires or 0) > time.time():
+    if holder != owner and float(expires or 0) > _epoch(clock):
         return None
     try:
         revision = await kv.update(key, value, last=entry.revision)
     except KeyWrongLastSequenceError:
         return None
-    return Lease(kv, key, owner, ttl_s, revision)
+    return Lease(kv, key, owner, ttl_s, revision, clock=clock)

@@ -100,6 +100,7 @@ class DeliveryExecutor:
         clock: Clock,
         ids: Ids,
         agent: AgentChannel | None = None,
+        ownership: CallOwnership | None = None,
     ) -> None:
         self._rt = runtime
         self._clock = clock
@@ -109,8 +110,9 @@ class DeliveryExecutor:
         self._calls = calls
         # Deliveries this process is playing on a call, by id.
         self._speaking: dict[str, asyncio.Task[None]] = {}
-        # Set once voice starts; without it every call is taken to be alive (one process).
-        self.ownership: CallOwnership | None = None
+        # Who holds each call (its bucket opens when voice starts); until it is open, or
+        # without it, every call is taken to be alive (one process).
+        self.ownership = ownership
         self._watchers: set[asyncio.Task[None]] = set()
         # The Agent API's channel (agent_channel.py), given by the composition root.
         self.agent: AgentChannel | None = agent
@@ -260,7 +262,7 @@ class DeliveryExecutor:
     async def _live_calls(self, session_id: str) -> bool:
         """Whether a call of the session is attached to a live surface (this one or not)."""
         calls = self._calls_of(session_id)
-        if self.ownership is None:
+        if self.ownership is None or not self.ownership.ready:
             return bool(calls)
         for connection_id in calls:
             if await self.ownership.owner_of(connection_id) is not None:

@@ -1,142 +1,72 @@
-"""One phone call's shell (`Call`): it feeds audio to the VAD and the recognizer, paces the
-agent's audio out, and carries out what the pure rules decide.
+"""One phone call's shell (`Call`): it feeds audio to the VAD and the recognizer and carries
+out what the pure rules decide; the agent's audio goes out through `outbound.Playout`.
 
-Paced playout: the agent's audio goes out at the pace it plays, `playout_lead_ms` ahead of
-the playout model. A suspected barge-in (the VAD's `suspected`: voiced, not yet known to be
-speech) closes a gate: nothing more is sent and nothing is flushed; `rejected` (a cough, a
-knock, background talk) opens it again and sending continues at the next byte.
+The rules, and where they live (each tested without a socket, tests/voice):
+- `turn_taking`: suspected speech holds the line (nothing flushed; `rejected` opens it
+  again); confirmed speech over the agent cuts it (`plan_cut`: settle, or suspend for the
+  false-interruption verdict); what the caller's words mean when they end (backchannel,
+  resume, a real interruption, a yes/no to a doubt, a turn); how a cut utterance resumes
+  from its first unheard word (`plan_resume`, `resumed`).
+- `playback`: what was heard (marks and clears), what a settled utterance or a cut reply
+  records (`finished`, `truncated`, `unsaid`), when a queued utterance is dropped unsent.
+- `dtmf`: key presses as yes/no or a typed entry; `floor`: backchannels, doubtful hearings.
 
-Barge-in: the VAD's `started` while agent audio is pending sends `clear` first (nothing is
-awaited on the bus before it), settles every pending utterance as unheard with its played
-milliseconds, cancels TTS and any reply still being generated, then records
-`control.barge_in`, `playback.finished` and, for a cut reply, `reply.truncated` (history
-keeps only heard words). Operations are untouched: cancelling business is a turn's job.
+Barge-in order (the latency that matters): `clear` is sent first, nothing awaited on the
+bus before it; then `control.barge_in`, `playback.finished` and, for a cut reply,
+`reply.truncated` are recorded in order by the call's `Recorder`. Operations are untouched:
+cancelling business is a turn's job. `perf_counter` only measures that latency.
 
-False interruptions (a cough, a door): with a recognizer on the call, the utterances a
-barge-in cut are suspended rather than settled. If the caller's speech ends with no words
-and `false_interruption_ms` of quiet follows, the agent resumes from the first unheard word
-(a new utterance, mark `<playback id>.resume<n>`, recorded with `playback.started` /
-`playback.finished` and the same delivery/response ids) and the cut utterance settles as
-heard only if the resumed rest is heard; history then holds the text once. Words in the
-caller's speech make the interruption real: the suspended utterances settle unheard.
-Resuming rather than repeating: the caller already heard the prefix, and a repeat would
-make the history's single copy of the text untrue about what was said twice.
-
-DTMF: a key press is caller input, decided in `dtmf` (pure). During a pending confirmation
-`1` means yes and `2` means no; any other digits are collected until `#` or a pause and
-become the turn's text. Either way the call runs a turn recorded as `turn.received`
-(channel voice) whose `client_turn_id` is `dtmf-<call>-<n>`, so the key press is visible
-and never applied twice.
-
-Backchannels and doubtful hearings are decided in `floor` (pure); the call applies them:
-an acknowledgement over the agent resumes what it cut, and a voice turn's calls built on
-doubtful words wait for the caller's yes (`_reviewer`, `_answer_doubt`).
-
-Long (about 750 lines) because one call is one state machine (inbound audio, playout,
-barge-in, resumes, DTMF, turns) whose parts share its state and its tasks; the decisions
-are pure code in `vad`, `playback`, `floor`, `turn_taking` and `dtmf`, and what remains
-here is waiting, sending and recording.
+About 500 lines because one call is one state machine (inbound audio, barge-in, resumes,
+DTMF, doubts, turns) whose parts share its state and its tasks; what remains here is
+waiting and recording what the rules returned.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-import msgspec
-from fastapi import WebSocket, WebSocketDisconnect
+from fastapi import WebSocket
 
 from libs import metrics
 from libs.domain import SessionState
 from libs.events import (
     Backchannel,
-    BargeIn,
     ChannelDisconnected,
     ControlEvent,
     InteractionEvent,
-    PlaybackFinished,
-    PlaybackStarted,
-    ReplyTruncated,
-    ResponseCancel,
     SpeechStarted,
     SpeechStopped,
 )
 
 from . import dtmf
+from . import playback as pb
 from . import turn_taking as tt
-from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_ms, ulaw_to_pcm16
-from .engines.base import (
-    Recognizer,
-    SpeechToText,
-    TextToSpeech,
-    final_text,
-    heard_words,
-    known_values,
-)
-from .floor import FloorConfig, Word, doubtful_values, question
-from .playback import PlaybackLedger, Settled, carried_heard
-from .vad import VadConfig, VadEvent, VoiceActivity
+from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_to_pcm16
+from .engines.base import Recognizer, final_text, heard_words, known_values
+from .floor import Word, doubtful_values, question
+from .outbound import Playout
+from .playback import PlaybackLedger, Settled
+from .ports import Review, SpeechPorts
+from .recorder import Recorder
+from .registry import CallRegistry
+from .vad import VadEvent, VoiceActivity
+
+__all__ = ["CALLS", "FRAMES_REJECTED", "Call", "CallRegistry", "Review", "SpeechPorts"]
 
 log = logging.getLogger(__name__)
 
 FRAMES_REJECTED = metrics.TELEPHONY_FRAMES_REJECTED
 CALLS = metrics.TELEPHONY_CALLS
 
-# Outbound media message size: 40 ms of μ-law, so paced sending stops within 40 ms.
-_MEDIA_BYTES = 320
 _WALL_FRAMES = 256
 # Speech is confirmed up to the VAD's confirm window after its first voiced frame: the
 # recognizer still gets the first syllable.
 _PREROLL_FRAMES = 25
-# Said when the caller answers "no" to "did you say ...?".
-_NOT_DONE = "Okay, I have not done anything. Please say it again, or press the keys."
-# Looks at a voice turn's proposed calls before admission (see `floor.doubtful_values`).
-Review = Callable[[Sequence[tuple[str, Mapping[str, Any]]]], str | None]
-
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
-
-
-@dataclass
-class SpeechPorts:
-    """What a call needs from the rest of the surface (wired in `api`/`app`)."""
-
-    tts: TextToSpeech
-    stt: SpeechToText | None
-    vad: VadConfig
-    # Appends an interaction event for the session (ids as keyword arguments).
-    record: Callable[..., Awaitable[Any]]
-    append_control: Callable[..., Awaitable[Any]]
-    # Runs a user turn from a transcript (and a client turn id for DTMF input);
-    # returns (turn_id, response_id, text, attached).
-    turn: Callable[..., Awaitable[tuple[str, str, str, tuple[str, ...]]]] | None
-    # Called with every settled reply that carried attached deliveries.
-    settle_attached: Callable[[str, tuple[str, ...], Settled], Awaitable[None]] | None = None
-    # The current texts of deliveries (closings a reply carries), by id.
-    delivery_texts: Callable[[tuple[str, ...]], dict[str, str]] | None = None
-    # Whether an operation of the session waits for the caller's yes or no.
-    awaiting_confirmation: Callable[[str], bool] | None = None
-    # Inter-digit pause that ends a DTMF entry without `#`.
-    dtmf_pause_ms: int = 2000
-    # Agent audio sent ahead of the playout model (0: the whole reply at once).
-    playout_lead_ms: int = 160
-    floor: FloorConfig = field(default_factory=FloorConfig)
-
-
-@dataclass
-class _Pending:
-    settled: asyncio.Future[Settled]
-    task: asyncio.Task[None] | None = None
 
 
 class Call:
@@ -150,32 +80,28 @@ class Call:
         call_sid: str,
         ports: SpeechPorts,
     ) -> None:
-        self.ws = websocket
         self.session = session
         self.session_id = session.session_id
         self.stream_sid = stream_sid
         self.connection_id = f"call_{call_sid}"
         self.ports = ports
-        self.ledger = PlaybackLedger()
+        self.out = Playout(
+            websocket, stream_sid, name=self.connection_id, tts=ports.tts,
+            lead_ms=ports.playout_lead_ms,
+            started=lambda event, refs: self.interaction(event, **refs),
+            finished=self._record_finished,
+        )
         self.vad = VoiceActivity(ports.vad)
         self.splitter = FrameSplitter(PCM_FRAME_BYTES)
         self.rejected: dict[str, int] = {}
-        self.clears = 0
-        self._t0 = time.monotonic()
         self._stream_ms = 0
         self._frame_wall: deque[tuple[int, float]] = deque(maxlen=_WALL_FRAMES)
-        self._pending: dict[str, _Pending] = {}
-        self._speak_lock = asyncio.Lock()
-        self._send_lock = asyncio.Lock()
-        self._records: asyncio.Queue[Callable[[], Awaitable[Any]] | None] = asyncio.Queue()
-        self._recorder = asyncio.create_task(self._record_loop())
+        self._recorder = Recorder(self.connection_id, log)
         self._recognizer: Recognizer | None = None
         # Audio just before VAD confirmed speech: the recognizer must hear the first syllable.
         self._preroll: deque[bytes] = deque(maxlen=_PREROLL_FRAMES)
         self._turn_task: asyncio.Task[None] | None = None
         self._cancelled_turns: set[asyncio.Task[None]] = set()
-        self.closed = False
-        self._generation = 0
         self.last_barge_in_s: float | None = None
         # Cut by a barge-in whose verdict (real or false) is not known yet.
         self._suspended: list[Settled] = []
@@ -184,47 +110,37 @@ class Call:
         self._digits = ""
         self._dtmf_turns = 0
         self._dtmf_timer: asyncio.Task[None] | None = None
-        # Closed while a suspected barge-in is being checked: nothing more is sent, nothing
-        # is flushed, so a false alarm costs at most a short gap and repeats nothing.
-        self._flowing = asyncio.Event()
-        self._flowing.set()
         self.held_since: float | None = None
         self.false_alarms = 0
         # A request heard with doubt, waiting for the caller's yes or no.
         self._doubt: str | None = None
         self._heard_turns = 0
 
-    # ------------------------------------------------------------------ clocks
+    @property
+    def ledger(self) -> PlaybackLedger:
+        """What is playing on the call and what was heard."""
+        return self.out.ledger
+
+    @property
+    def closed(self) -> bool:
+        """The call ended."""
+        return self.out.closed
 
     def now_ms(self) -> int:
-        """Wall milliseconds since the call started: the phone plays in real time."""
-        return int((time.monotonic() - self._t0) * 1000)
-
-    # ------------------------------------------------------------------ recording
-
-    def record(self, make: Callable[[], Awaitable[Any]]) -> None:
-        """Queue a write to the bus; writes keep their order and never block the audio."""
-        self._records.put_nowait(make)
-
-    async def _record_loop(self) -> None:
-        while (make := await self._records.get()) is not None:
-            try:
-                await make()
-            except Exception:
-                log.exception("call %s: could not record an event", self.connection_id)
+        """Milliseconds since the call started (the playout model's clock)."""
+        return self.out.now_ms()
 
     def interaction(self, event: InteractionEvent, **ids: Any) -> None:
-        """Record an interaction event of this call's session."""
-        self.record(lambda: self.ports.record(self.session_id, event, **ids))
+        """Record an interaction event of this call's session (queued, in order)."""
+        self._recorder.put(lambda: self.ports.record(self.session_id, event, **ids))
 
     def control(self, event: ControlEvent, **ids: Any) -> None:
-        """Record a control event of this call's session."""
-        self.record(lambda: self.ports.append_control(self.session_id, event, **ids))
+        """Record a control event of this call's session (queued, in order)."""
+        self._recorder.put(lambda: self.ports.append_control(self.session_id, event, **ids))
 
     async def drain(self) -> None:
         """Finish every queued write."""
-        self._records.put_nowait(None)
-        await self._recorder
+        await self._recorder.drain()
 
     # ------------------------------------------------------------------ inbound
 
@@ -254,25 +170,19 @@ class Call:
 
     async def _on_vad(self, event: VadEvent) -> None:
         """The VAD's verdict: the rules in `turn_taking` decide, this carries them out."""
-        if event.kind == "suspected":
-            actions = tt.on_suspected(playing=self.ledger.active, flowing=self._flowing.is_set())
-            voiced_wall = self._wall_of(event.first_voiced_ms + 20)
-        elif event.kind == "rejected":
-            actions = tt.on_rejected(flowing=self._flowing.is_set())
-            voiced_wall = 0.0
-        elif event.kind == "started":
-            actions = tt.on_started(
-                playing=self.ledger.active,
-                replying=self._turn_task is not None,
-                verdict_pending=self._verdict is not None,
-                recognizing=self.ports.stt is not None,
-            )
-            voiced_wall = self._wall_of(event.first_voiced_ms + 20)
-        else:
+        if event.kind == "stopped":
             self.interaction(SpeechStopped(stream_ms=event.at_ms))
             await self._on_ended()
             return
-        for action in actions:
+        floor = tt.Floor(
+            playing=self.ledger.active,
+            flowing=self.out.flowing,
+            replying=self._turn_task is not None,
+            verdict_pending=self._verdict is not None,
+            recognizing=self.ports.stt is not None,
+        )
+        voiced_wall = 0.0 if event.kind == "rejected" else self._wall_of(event.first_voiced_ms + 20)
+        for action in tt.on_vad(event.kind, floor):
             await self._apply(action, voiced_wall)
         if event.kind == "started":
             self.interaction(SpeechStarted(stream_ms=event.first_voiced_ms))
@@ -291,6 +201,7 @@ class Call:
         )
         for action in actions:
             if isinstance(action, tt.RunTurn):
+                # Heard words: the turn's calls are reviewed for doubtful hearing first.
                 review = self._reviewer(action.text, words)
                 self._turn_task = asyncio.create_task(self._turn(action.text, review=review))
             else:
@@ -300,7 +211,7 @@ class Call:
         """Carry out one decision of `turn_taking`."""
         match action:
             case tt.Hold():
-                self._flowing.clear()
+                self.out.hold()
                 self.held_since = voiced_wall
             case tt.CountFalseAlarm():
                 self.false_alarms += 1
@@ -329,8 +240,8 @@ class Call:
                 self._answer_doubt(yes)
             case tt.DropDoubt():
                 self._doubt = None
-            case tt.RunTurn(text=text):
-                self._turn_task = asyncio.create_task(self._turn(text, review=None))
+            case tt.RunTurn() | tt.SayLine():
+                self._start(action)
 
     def _reviewer(self, text: str, words: list[Word]) -> Review:
         """Before admission: calls built on doubtful words are held and the caller asked."""
@@ -346,64 +257,65 @@ class Call:
 
     def _answer_doubt(self, yes: bool) -> None:
         """The caller's yes/no to "did you say ...?": the request runs as heard, or not."""
-        text, self._doubt = self._doubt, None
-        if text is None:
-            return
-        self._heard_turns += 1
-        if yes:
-            client_turn_id = f"heard-{self.connection_id}-{self._heard_turns}"
-            self._turn_task = asyncio.create_task(self._turn(text, client_turn_id))
-            return
-        task = asyncio.create_task(self._say_line(_NOT_DONE))
+        doubt, self._doubt = self._doubt, None
+        if doubt is not None:
+            self._heard_turns += 1
+        answered = tt.answer_doubt(
+            doubt, yes, connection_id=self.connection_id, answered=self._heard_turns
+        )
+        for action in answered:
+            self._start(action)
+
+    def _start(self, action: tt.RunTurn | tt.SayLine) -> None:
+        """A turn, or a fixed line, runs in the background."""
+        if isinstance(action, tt.RunTurn):
+            self._turn_task = asyncio.create_task(self._turn(action.text, action.client_turn_id))
+        else:
+            self._track(asyncio.create_task(self.say(action.text, action.playback_id)))
+
+    def _track(self, task: asyncio.Task[Any]) -> None:
+        """Keep a background say (a resume, a fixed line) alive until it is done."""
         self._resumes.add(task)
         task.add_done_callback(self._resumes.discard)
 
     def _release(self) -> None:
         """Sending may go on (a false alarm, or the barge-in already flushed the line)."""
         self.held_since = None
-        self._flowing.set()
+        self.out.release()
 
     async def barge_in(self, first_voiced_wall: float) -> None:
         """The user spoke over the agent: stop the voice now, then record what was heard."""
-        settled: list[Settled] = []
-        self._generation += 1
+        flushed: list[Settled] = []
+        self.out.cut()
         if self.ledger.active:
-            await self._send({"event": "clear", "streamSid": self.stream_sid})
-            self.clears += 1
+            await self.out.clear()
             self.last_barge_in_s = time.perf_counter() - first_voiced_wall
             metrics.BARGE_IN.observe(self.last_barge_in_s)
-            settled = self.ledger.clear(self.now_ms(), "barge_in")
+            flushed = self.ledger.clear(self.now_ms(), "barge_in")
         turn = self._turn_task
         if turn is not None and not turn.done():
             # The reply is not said; the turn's admission (business) still completes.
             self._cancelled_turns.add(turn)
-        for item in settled:
-            if self._resumable(item):
-                self._suspend(item)
-            else:
-                self._settle(item)
-        played = sum(s.played_ms for s in settled)
-        unheard = sum(s.unheard_ms for s in settled)
-        first = settled[0].utterance if settled else None
-        self.control(
-            BargeIn(played_ms=played, unheard_ms=unheard),
-            playback_id=first.playback_id if first else None,
-            response_id=first.response_id if first else None,
-            delivery_id=first.delivery_id if first else None,
-        )
-
-    def _resumable(self, item: Settled) -> bool:
-        return tt.resumable(
-            item.utterance.playback_id,
+        plan = tt.plan_cut(
+            flushed,
             recognizing=self.ports.stt is not None,
             false_interruption_ms=self.ports.vad.false_interruption_ms,
+        )
+        for cut in plan.cuts:
+            if cut.suspend:
+                self._suspend(cut.item)
+            else:
+                self.out.settle(cut.item)
+        self.control(
+            plan.event,
+            playback_id=plan.playback_id,
+            response_id=plan.response_id,
+            delivery_id=plan.delivery_id,
         )
 
     def _suspend(self, item: Settled) -> None:
         """Flushed audio (recorded now); its outcome waits for the interruption's verdict."""
-        pending = self._pending.get(item.utterance.playback_id)
-        if pending is not None and pending.task is not None and not pending.task.done():
-            pending.task.cancel()
+        self.out.stop_stream(item.utterance.playback_id)
         self._record_finished(item)
         self._suspended.append(item)
 
@@ -411,12 +323,7 @@ class Call:
         """The interruption was real (or the call ended): what was cut stays unheard."""
         suspended, self._suspended = self._suspended, []
         for item in suspended:
-            self._resolve(
-                Settled(item.utterance, heard=False, played_ms=item.played_ms, reason=reason)
-            )
-
-    async def _say_line(self, text: str) -> None:
-        await self.say(text, f"line-{self.connection_id}-{self._heard_turns}")
+            self.out.resolve(pb.unheard(item, reason))
 
     async def _await_false_interruption(self) -> None:
         await asyncio.sleep(self.ports.vad.false_interruption_ms / 1000)
@@ -431,16 +338,14 @@ class Call:
             return
         suspended, self._suspended = self._suspended, []
         for item in suspended:
-            task = asyncio.create_task(self._resume(item))
-            self._resumes.add(task)
-            task.add_done_callback(self._resumes.discard)
+            self._track(asyncio.create_task(self._resume(item)))
 
     async def _resume(self, item: Settled) -> None:
         """Say the unheard rest; the cut utterance is heard only if the rest is."""
         u = item.utterance
         plan = tt.plan_resume(u.text, item.heard_text, u.playback_id)
         if isinstance(plan, tt.HeardAll):
-            self._resolve(Settled(u, heard=True, played_ms=u.duration_ms, reason="played_out"))
+            self.out.resolve(Settled(u, heard=True, played_ms=u.duration_ms, reason="played_out"))
             return
         try:
             after = await self.say(
@@ -450,41 +355,17 @@ class Call:
         except Exception:
             log.exception("call %s: resuming %s failed", self.connection_id, u.playback_id)
             after = Settled(u, heard=False, played_ms=0, reason="resume_failed")
-        played = tt.resumed_played_ms(u.duration_ms, item.played_ms, rest_heard=after.heard)
-        self._resolve(Settled(u, heard=after.heard, played_ms=played, reason="resumed"))
+        self.out.resolve(tt.resumed(item, after))
 
     def on_mark(self, name: str) -> None:
         """A mark came back from the phone."""
-        settled = self.ledger.on_mark(name, self.now_ms())
-        if settled is not None:
-            self._settle(settled)
-
-    def _settle(self, item: Settled) -> None:
-        self._resolve(item)
-        self._record_finished(item)
-
-    def _resolve(self, item: Settled) -> None:
-        """Answer whoever waits on the utterance (`say`)."""
-        pending = self._pending.pop(item.utterance.playback_id, None)
-        if pending is not None:
-            if pending.task is not None and not pending.task.done():
-                pending.task.cancel()
-            if not pending.settled.done():
-                pending.settled.set_result(item)
+        self.out.on_mark(name)
 
     def _record_finished(self, item: Settled) -> None:
-        u = item.utterance
         if not item.heard:
             metrics.CANCELLED_UNHEARD_AUDIO.observe(item.unheard_ms / 1000)
-        self.interaction(
-            PlaybackFinished(
-                heard=item.heard, played_ms=item.played_ms, unheard_ms=item.unheard_ms
-            ),
-            playback_id=u.playback_id,
-            delivery_id=u.delivery_id,
-            response_id=u.response_id,
-            turn_id=u.turn_id,
-        )
+        event, refs = pb.finished(item)
+        self.interaction(event, **refs)
 
     # ------------------------------------------------------------------ DTMF
 
@@ -496,9 +377,9 @@ class Call:
             self._dtmf_timer.cancel()
             self._dtmf_timer = None
         awaiting = self.ports.awaiting_confirmation
-        # Asked only when the key could be an answer to it.
+        # The view is asked only when the key could be an answer to it.
         confirming = (
-            not self._digits and digit in ("1", "2") and self._doubt is None
+            dtmf.may_confirm(self._digits, digit, doubt_pending=self._doubt is not None)
             and awaiting is not None and awaiting(self.session_id)
         )
         self._digits, action = dtmf.press(
@@ -526,118 +407,19 @@ class Call:
 
     def _dtmf_turn(self, text: str) -> None:
         self._dtmf_turns += 1
-        client_turn_id = f"dtmf-{self.connection_id}-{self._dtmf_turns}"
+        client_turn_id = dtmf.turn_id(self.connection_id, self._dtmf_turns)
         self._turn_task = asyncio.create_task(self._turn(text, client_turn_id))
 
     # ------------------------------------------------------------------ outbound
-
-    async def _send(self, message: dict[str, Any]) -> None:
-        if self.closed:
-            return
-        async with self._send_lock:
-            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                await self.ws.send_text(msgspec.json.encode(message).decode())
 
     async def say(
         self, text: str, playback_id: str, *, interrupt: bool = False, **ids: str | None
     ) -> Settled:
         """Speak `text`; the answer says whether it was heard, and how much of it played."""
-        if interrupt and self.ledger.active:
-            await self._send({"event": "clear", "streamSid": self.stream_sid})
-            self.clears += 1
-            for item in self.ledger.clear(self.now_ms(), "urgent_interrupt"):
-                self._settle(item)
-        loop = asyncio.get_running_loop()
-        pending = _Pending(loop.create_future())
-        self._pending[playback_id] = pending
-        generation = self._generation
-        async with self._speak_lock:
-            if self.closed:
-                return self._abandon(playback_id, text, "call_ended", **ids)
-            if generation != self._generation:
-                # Queued behind audio that a barge-in cut: the caller moved on.
-                return self._abandon(playback_id, text, "barge_in", **ids)
-            if not interrupt and playback_id == ids.get("delivery_id") and self.vad.speaking:
-                # The policy decided on a view that had not yet seen the caller start talking;
-                # this call hears them now, and only an urgent closing talks over a caller.
-                return self._abandon(playback_id, text, "user_speaking", **ids)
-            self.ledger.begin(playback_id, text, self.now_ms(), **ids)
-            pending.task = asyncio.create_task(self._stream(playback_id, text, ids))
-            await asyncio.wait({pending.task})
-            if not pending.task.cancelled() and pending.task.exception() is not None:
-                log.error("call %s: TTS failed: %r", self.connection_id, pending.task.exception())
-                dropped = self.ledger.drop(playback_id, self.now_ms(), "tts_failed")
-                if dropped is not None:
-                    self._settle(dropped)
-        return await pending.settled
-
-    def _abandon(self, playback_id: str, text: str, reason: str, **ids: str | None) -> Settled:
-        self._pending.pop(playback_id, None)
-        self.ledger.begin(playback_id, text, self.now_ms(), **ids)
-        dropped = self.ledger.drop(playback_id, self.now_ms(), reason)
-        assert dropped is not None
-        return dropped
-
-    async def _stream(self, playback_id: str, text: str, ids: dict[str, str | None]) -> None:
-        """Synthesis runs ahead into a queue; sending follows the playout pace."""
-        pieces: asyncio.Queue[bytes | None] = asyncio.Queue()
-        producer = asyncio.create_task(self._synthesize(playback_id, text, ids, pieces))
-        try:
-            while (piece := await pieces.get()) is not None:
-                await self._pace()
-                await self._send(
-                    {
-                        "event": "media",
-                        "streamSid": self.stream_sid,
-                        "media": {"payload": base64.b64encode(piece).decode()},
-                    }
-                )
-                self.ledger.add_audio(playback_id, ulaw_ms(piece), self.now_ms())
-            # A failed synthesis raises here: no mark for audio that never finished.
-            await producer
-        finally:
-            if not producer.done():
-                producer.cancel()
-        await self._send(
-            {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": playback_id}}
+        return await self.out.say(
+            text, playback_id, interrupt=interrupt, caller_speaking=lambda: self.vad.speaking,
+            ids=ids,
         )
-        self.ledger.sent(playback_id)
-
-    async def _synthesize(
-        self,
-        playback_id: str,
-        text: str,
-        ids: dict[str, str | None],
-        pieces: asyncio.Queue[bytes | None],
-    ) -> None:
-        """TTS into media-sized pieces; `playback.started` once the whole length is known
-        (the policy sees the agent talking from the start of the utterance)."""
-        sent = 0
-        try:
-            async for chunk in self.ports.tts.stream(text):
-                for start in range(0, len(chunk), _MEDIA_BYTES):
-                    pieces.put_nowait(chunk[start : start + _MEDIA_BYTES])
-                sent += len(chunk)
-            self.interaction(
-                PlaybackStarted(text=text, duration_ms=ulaw_ms(sent)),
-                playback_id=playback_id, **ids,
-            )
-        finally:
-            pieces.put_nowait(None)
-
-    async def _pace(self) -> None:
-        """Wait until the next piece may go: not held, and at most the lead queued ahead.
-
-        Real-time pace with a small lead: a stop (hold or clear) costs at most the lead
-        plus one piece, and the playout model stays close to what the phone plays.
-        """
-        lead = self.ports.playout_lead_ms
-        while True:
-            await self._flowing.wait()
-            ahead = self.ledger.queued_ms(self.now_ms())
-            if lead <= 0 or ahead <= lead:
-                return
-            await asyncio.sleep((ahead - lead) / 1000)
 
     # ------------------------------------------------------------------ turns
 
@@ -654,21 +436,16 @@ class Call:
             self._cancelled_turns.discard(task)
             # A question the caller never heard cannot be answered.
             self._doubt = None
-            # Generated, never played: history keeps none of it.
-            self.control(
-                ResponseCancel(reason="barge_in"), turn_id=turn_id, response_id=response_id
-            )
-            self.interaction(
-                ReplyTruncated(text="", played_ms=0, unheard_ms=0),
-                turn_id=turn_id,
-                response_id=response_id,
-            )
+            cancel, truncated = pb.unsaid()
+            self.control(cancel, turn_id=turn_id, response_id=response_id)
+            self.interaction(truncated, turn_id=turn_id, response_id=response_id)
             if self.ports.settle_attached is not None and attached:
                 await self.ports.settle_attached(
                     self.session_id,
                     attached,
-                    self._abandon(
-                        response_id, reply, "barge_in", turn_id=turn_id, response_id=response_id
+                    self.out.abandon(
+                        response_id, reply, "barge_in",
+                        {"turn_id": turn_id, "response_id": response_id},
                     ),
                 )
             return
@@ -677,18 +454,9 @@ class Call:
         settled = await self.say(reply, response_id, turn_id=turn_id, response_id=response_id)
         if not settled.heard:
             texts = self.ports.delivery_texts(attached) if self.ports.delivery_texts else {}
-            self.interaction(
-                ReplyTruncated(
-                    text=settled.heard_text,
-                    played_ms=settled.played_ms,
-                    unheard_ms=settled.unheard_ms,
-                    unheard_delivery_ids=tuple(
-                        d for d in attached if not carried_heard(texts.get(d, ""), settled)
-                    ),
-                ),
-                turn_id=turn_id,
-                response_id=response_id,
-            )
+            cut = pb.truncated(settled, attached, texts)
+            if cut is not None:
+                self.interaction(cut, turn_id=turn_id, response_id=response_id)
         if self.ports.settle_attached is not None and attached:
             await self.ports.settle_attached(self.session_id, attached, settled)
 
@@ -700,8 +468,7 @@ class Call:
         `channel.disconnected` is stored before any delivery is settled unheard, so the
         policy never re-decides a delivery while it still believes the call is there.
         """
-        self.closed = True
-        self._flowing.set()
+        self.out.close()
         recorded = asyncio.Event()
 
         async def disconnected() -> None:
@@ -715,46 +482,16 @@ class Call:
             finally:
                 recorded.set()
 
-        self.record(disconnected)
+        self._recorder.put(disconnected)
         await recorded.wait()
         for timer in (self._verdict, self._dtmf_timer):
             if timer is not None:
                 timer.cancel()
         for item in self.ledger.clear(self.now_ms(), reason):
-            self._settle(item)
+            self.out.settle(item)
         self._settle_suspended(reason)
-        for pending in list(self._pending.values()):
-            if pending.task is not None and not pending.task.done():
-                pending.task.cancel()
+        self.out.stop_all()
         if self._turn_task is not None and not self._turn_task.done():
             self._cancelled_turns.add(self._turn_task)
         CALLS.labels(outcome=reason).inc()
         await self.drain()
-
-
-@dataclass
-class CallRegistry:
-    """The calls attached to this process, by session (the latest call wins)."""
-
-    calls: dict[str, Call] = field(default_factory=dict)
-    # Called with every call that attaches (the delivery executor watches its session).
-    on_attach: list[Callable[[Call], None]] = field(default_factory=list)
-
-    def get(self, session_id: str) -> Call | None:
-        """The live call of a session, if this process holds one."""
-        call = self.calls.get(session_id)
-        return call if call is not None and not call.closed else None
-
-    def attach(self, call: Call) -> None:
-        """A call starts carrying its session's voice."""
-        self.calls[call.session_id] = call
-        for hook in self.on_attach:
-            hook(call)
-
-    def detach(self, call: Call) -> None:
-        """The call ended."""
-        if self.calls.get(call.session_id) is call:
-            del self.calls[call.session_id]
-
-
-# ---------------------------------------------------------------------- routes

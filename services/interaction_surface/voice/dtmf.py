@@ -35,6 +35,16 @@ class Collect:
 DtmfAction = AnswerDoubt | Turn | Collect | None
 
 
+def may_confirm(entry: str, digit: str, *, doubt_pending: bool) -> bool:
+    """Whether the key could answer a pending confirmation (only then is the view asked)."""
+    return not entry and digit in ("1", "2") and not doubt_pending
+
+
+def turn_id(connection_id: str, n: int) -> str:
+    """The client turn id of the call's n-th key-press turn: a redelivery applies once."""
+    return f"dtmf-{connection_id}-{n}"
+
+
 def press(
     entry: str, digit: str, *, doubt_pending: bool, awaiting_confirmation: bool
 ) -> tuple[str, DtmfAction]:

@@ -19,17 +19,40 @@ log = logging.getLogger(__name__)
 
 class CallOwnership:
     """Which surface process holds each live call: `<connection id>` → owner, in a KV
-    bucket whose entries expire after `ttl_s` unless the owner refreshes them."""
+    bucket whose entries expire after `ttl_s` unless the owner refreshes them.
 
-    def __init__(self, kv: KeyValue, owner: str, ttl_s: float) -> None:
-        self.kv = kv
+    Built at the composition root and handed to every part that asks; the bucket needs the
+    broker, so it is opened at start-up (`open`). Until then nothing is claimed and nobody
+    can be asked (`ready` is False): one process, every call its own.
+    """
+
+    def __init__(self, owner: str, ttl_s: float) -> None:
         self.owner = owner
         self.ttl_s = ttl_s
+        self._kv: KeyValue | None = None
         self._held: set[str] = set()
         self._beat: asyncio.Task[None] | None = None
 
+    def open(self, kv: KeyValue) -> None:
+        """The bucket is declared: claims and lookups go to it from now on."""
+        self._kv = kv
+
+    @property
+    def ready(self) -> bool:
+        """Whether the bucket is open (before start-up, calls are taken to be alive)."""
+        return self._kv is not None
+
+    @property
+    def kv(self) -> KeyValue:
+        """The bucket; only valid once open."""
+        if self._kv is None:
+            raise RuntimeError("call ownership is not open yet")
+        return self._kv
+
     async def claim(self, connection_id: str) -> None:
         """This process carries the call (the latest attachment of a call id wins)."""
+        if self._kv is None:
+            return
         self._held.add(connection_id)
         await self.kv.put(connection_id, self.owner.encode())
         if self._beat is None or self._beat.done():
@@ -38,6 +61,8 @@ class CallOwnership:
     async def release(self, connection_id: str) -> None:
         """The call ended here."""
         self._held.discard(connection_id)
+        if self._kv is None:
+            return
         with contextlib.suppress(Exception):
             entry = await self.kv.get(connection_id)
             if entry.value == self.owner.encode():

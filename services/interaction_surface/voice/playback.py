@@ -11,11 +11,18 @@ Twilio echoes afterwards are swallowed.
 Played time is estimated from a playout model: the phone plays utterances back to back,
 each starting when it was sent or when the previous one ended, whichever is later; a
 returned mark re-anchors the model on the real clock. Pure: the caller passes `now_ms`.
+
+Also pure here: what the call records when an utterance settles (`finished`) and when a
+reply was not all heard (`truncated`, `unsaid`), whether an utterance is abandoned before
+it is sent (`abandon_reason`), and how long paced sending waits (`pace_delay_ms`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from libs.events import PlaybackFinished, ReplyTruncated, ResponseCancel
 
 
 @dataclass
@@ -182,3 +189,80 @@ class PlaybackLedger:
         if utterance is None:
             return None
         return Settled(utterance, heard=False, played_ms=utterance.played_ms(now_ms), reason=reason)
+
+
+def unheard(item: Settled, reason: str) -> Settled:
+    """The same utterance settled as not heard (a suspension that proved real, or a hang-up)."""
+    return Settled(item.utterance, heard=False, played_ms=item.played_ms, reason=reason)
+
+
+def finished(item: Settled) -> tuple[PlaybackFinished, dict[str, str | None]]:
+    """The `playback.finished` an utterance's outcome is recorded as, with its ids."""
+    u = item.utterance
+    event = PlaybackFinished(heard=item.heard, played_ms=item.played_ms, unheard_ms=item.unheard_ms)
+    refs = {
+        "playback_id": u.playback_id,
+        "delivery_id": u.delivery_id,
+        "response_id": u.response_id,
+        "turn_id": u.turn_id,
+    }
+    return event, refs
+
+
+def truncated(
+    settled: Settled, attached: Sequence[str], texts: Mapping[str, str]
+) -> ReplyTruncated | None:
+    """A reply's `reply.truncated` (history keeps only heard words), None when all was heard.
+
+    The closings it carried (`attached`, with their `texts`) whose words were not all heard
+    are named, so they are said again later rather than lost.
+    """
+    if settled.heard:
+        return None
+    return ReplyTruncated(
+        text=settled.heard_text,
+        played_ms=settled.played_ms,
+        unheard_ms=settled.unheard_ms,
+        unheard_delivery_ids=tuple(
+            d for d in attached if not carried_heard(texts.get(d, ""), settled)
+        ),
+    )
+
+
+def unsaid() -> tuple[ResponseCancel, ReplyTruncated]:
+    """A reply generated while the caller barged in, never played: cancelled, none of it kept."""
+    return ResponseCancel(reason="barge_in"), ReplyTruncated(text="", played_ms=0, unheard_ms=0)
+
+
+def abandon_reason(
+    *,
+    closed: bool,
+    cut_while_queued: bool,
+    interrupt: bool,
+    is_delivery: bool,
+    caller_speaking: bool,
+) -> str | None:
+    """Why an utterance waiting for the line is dropped unsent, or None to say it.
+
+    A barge-in while it was queued means the caller moved on; a closing decided on a view
+    that had not yet seen the caller start talking is not said over them (only an urgent
+    one, `interrupt`, talks over a caller).
+    """
+    if closed:
+        return "call_ended"
+    if cut_while_queued:
+        return "barge_in"
+    if not interrupt and is_delivery and caller_speaking:
+        return "user_speaking"
+    return None
+
+
+def pace_delay_ms(lead_ms: int, queued_ms: int) -> int:
+    """How long paced sending waits before the next piece (0: send it now).
+
+    At most `lead_ms` of audio is queued ahead of the playout model, so a stop (hold or
+    clear) costs at most the lead plus one piece; a lead of 0 sends everything at once.
+    """
+    if lead_ms <= 0 or queued_ms <= lead_ms:
+        return 0
+    return queued_ms - lead_ms

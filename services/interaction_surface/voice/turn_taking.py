@@ -8,10 +8,16 @@ resume) are tested without a socket (tests/voice/test_floor_decisions.py).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from libs.events import BargeIn as BargeInEvent
+
 from .floor import FloorConfig, answer_of, is_backchannel
-from .playback import unheard_rest
+from .playback import Settled, unheard_rest
+
+# Said when the caller answers "no" to "did you say ...?".
+NOT_DONE = "Okay, I have not done anything. Please say it again, or press the keys."
 
 # A resumed rest that is cut and proves false again resumes at most this many times.
 MAX_RESUMES = 2
@@ -87,16 +93,50 @@ class DropDoubt:
 
 @dataclass(frozen=True, slots=True)
 class RunTurn:
-    """The caller's words become a turn."""
+    """The caller's words become a turn (`client_turn_id` makes a repeat apply once)."""
 
     text: str
+    client_turn_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SayLine:
+    """The agent says a fixed line (no turn, no model)."""
+
+    text: str
+    playback_id: str
 
 
 Action = (
     Hold | Release | CountFalseAlarm | CancelVerdict | BargeIn | OpenRecognizer
     | RecordBackchannel | ResumeSuspended | SettleSuspended | AwaitFalseInterruption
-    | AnswerDoubt | DropDoubt | RunTurn
+    | AnswerDoubt | DropDoubt | RunTurn | SayLine
 )
+
+
+@dataclass(frozen=True, slots=True)
+class Floor:
+    """What the call is doing when the VAD speaks: the facts the rules below read."""
+
+    playing: bool
+    flowing: bool
+    replying: bool
+    verdict_pending: bool
+    recognizing: bool
+
+
+def on_vad(kind: str, floor: Floor) -> list[Action]:
+    """A VAD verdict other than `stopped` (whose words decide, `on_ended`)."""
+    if kind == "suspected":
+        return on_suspected(playing=floor.playing, flowing=floor.flowing)
+    if kind == "rejected":
+        return on_rejected(flowing=floor.flowing)
+    if kind == "started":
+        return on_started(
+            playing=floor.playing, replying=floor.replying,
+            verdict_pending=floor.verdict_pending, recognizing=floor.recognizing,
+        )
+    return []
 
 
 def on_suspected(*, playing: bool, flowing: bool) -> list[Action]:
@@ -185,3 +225,73 @@ def plan_resume(text: str, heard_text: str, playback_id: str) -> SayRest | Heard
 def resumed_played_ms(duration_ms: int, played_ms: int, *, rest_heard: bool) -> int:
     """The cut utterance's played time once its rest settled: all of it only if heard."""
     return duration_ms if rest_heard else min(duration_ms, played_ms)
+
+
+def resumed(item: Settled, rest: Settled) -> Settled:
+    """The cut utterance's outcome once its resumed rest settled: heard only if the rest was."""
+    u = item.utterance
+    played = resumed_played_ms(u.duration_ms, item.played_ms, rest_heard=rest.heard)
+    return Settled(u, heard=rest.heard, played_ms=played, reason="resumed")
+
+
+@dataclass(frozen=True, slots=True)
+class Cut:
+    """What a barge-in does with one utterance it flushed."""
+
+    item: Settled
+    # Waits for the interruption's verdict (it may resume) instead of settling unheard now.
+    suspend: bool
+
+
+@dataclass(frozen=True, slots=True)
+class CutPlan:
+    """A barge-in's outcome: each flushed utterance in order, and the event to record."""
+
+    cuts: tuple[Cut, ...]
+    event: BargeInEvent
+    playback_id: str | None
+    response_id: str | None
+    delivery_id: str | None
+
+
+def plan_cut(
+    flushed: Sequence[Settled], *, recognizing: bool, false_interruption_ms: int
+) -> CutPlan:
+    """What the barge-in settles, what it suspends, and the `control.barge_in` it records
+    (played and unheard totals; ids of the first utterance it cut)."""
+    cuts = tuple(
+        Cut(
+            item,
+            resumable(
+                item.utterance.playback_id, recognizing=recognizing,
+                false_interruption_ms=false_interruption_ms,
+            ),
+        )
+        for item in flushed
+    )
+    first = flushed[0].utterance if flushed else None
+    return CutPlan(
+        cuts=cuts,
+        event=BargeInEvent(
+            played_ms=sum(s.played_ms for s in flushed),
+            unheard_ms=sum(s.unheard_ms for s in flushed),
+        ),
+        playback_id=first.playback_id if first else None,
+        response_id=first.response_id if first else None,
+        delivery_id=first.delivery_id if first else None,
+    )
+
+
+def answer_doubt(
+    doubt: str | None, yes: bool, *, connection_id: str, answered: int
+) -> list[RunTurn | SayLine]:
+    """The caller's yes/no to "did you say ...?" (`answered`: this is the n-th answer).
+
+    Yes runs the held request as heard (its own client turn id, so it applies once); no
+    says that nothing was done.
+    """
+    if doubt is None:
+        return []
+    if yes:
+        return [RunTurn(doubt, f"heard-{connection_id}-{answered}")]
+    return [SayLine(NOT_DONE, f"line-{connection_id}-{answered}")]

@@ -21,10 +21,8 @@ import base64
 import binascii
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 from xml.sax.saxutils import quoteattr
 
@@ -36,6 +34,7 @@ from nats.js.kv import KeyValue
 
 from libs import metrics
 from libs.bus import append
+from libs.clock import Clock, Ids
 from libs.domain import SessionState
 from libs.events import (
     CONTROL,
@@ -46,7 +45,7 @@ from libs.events import (
 )
 from libs.problems import problem
 
-from ..auth import hash_token, new_id, new_token
+from ..auth import hash_token, new_token
 from .call import CALLS, FRAMES_REJECTED, Call, CallRegistry, SpeechPorts
 from .ownership import CallOwnership
 from .settings import VoiceSettings
@@ -85,10 +84,6 @@ def twilio_signature(auth_token: str, url: str, params: dict[str, str]) -> str:
 def signature_ok(auth_token: str, url: str, params: dict[str, str], presented: str | None) -> bool:
     """Whether the presented signature is Twilio's for this request (either port form)."""
     return TrustSettings(auth_token=auth_token).verify(url, list(params.items()), presented)
-
-
-def _now() -> datetime:
-    return datetime.now(UTC)
 
 
 def _text(value: Any) -> str | None:
@@ -137,24 +132,37 @@ def media_payload(message: dict[str, Any]) -> bytes:
 SessionLookup = Callable[[str, str | None], Awaitable[SessionState]]
 
 
+@dataclass(frozen=True, slots=True)
+class VoiceStarted:
+    """What the voice channel gets once the broker and the engines are up (`start_voice`),
+    given in one step like the surface's `Started`."""
+
+    ports: SpeechPorts
+    # Create-once claims of used call tickets (a replay fails on every surface).
+    tickets: KeyValue
+    # The periodic sweep of calls whose owner died (see `deliveries`).
+    sweeper: asyncio.Task[None]
+
+
 @dataclass
 class Telephony:
-    """The routes' dependencies."""
+    """The routes' dependencies, built at the surface's composition root."""
 
     registry: CallRegistry
-    ports: SpeechPorts | None
     find_session: SessionLookup
     open_session: Callable[[str, str], Awaitable[SessionState]]
+    # The surface's one clock and id factory.
+    clock: Clock
+    ids: Ids
+    # Who holds each call across surface processes (its bucket opens at start-up).
+    ownership: CallOwnership
+    # Called with every call that attaches (the delivery executor watches its session).
+    on_attach: Callable[[Call], None] | None = None
     default_tenant: str = "default"
     trust: TrustSettings = field(default_factory=TrustSettings)
-    # Everything else the voice channel was configured with (read once, in `install_voice`).
+    # Everything else the voice channel was configured with (read once, at the root).
     voice: VoiceSettings = field(default_factory=VoiceSettings)
-    ownership: CallOwnership | None = None
-    # Create-once claims of used call tickets (a replay fails on every surface).
-    tickets: KeyValue | None = None
-    clock: Callable[[], float] = time.time
-    # The periodic sweep of calls whose owner died (see `deliveries`).
-    sweeper: asyncio.Task[None] | None = None
+    started: VoiceStarted | None = None
 
 
 def _caller_id(raw: str | None) -> str | None:
@@ -242,7 +250,8 @@ def build_telephony_router(telephony: Telephony) -> APIRouter:
             if not call_sid:
                 return problem(400, "Bad request", "the form has no CallSid")
             custom[TICKET] = issue_ticket(
-                trust.ticket_key, call_sid, custom, now=telephony.clock(), ttl_s=trust.ticket_ttl_s
+                trust.ticket_key, call_sid, custom, now=telephony.clock.now().timestamp(),
+                ttl_s=trust.ticket_ttl_s,
             )
         target = stream_url(url, STREAM_PATH)
         unsafe = target.startswith("ws://") and not is_local(peer, request.headers)
@@ -380,16 +389,15 @@ async def _run_stream(telephony: Telephony, websocket: WebSocket, *, local: bool
                 call.rejected[key] = call.rejected.get(key, 0) + count
             telephony.registry.detach(call)
             await call.hang_up(reason)
-            if telephony.ownership is not None:
-                await telephony.ownership.release(call.connection_id)
+            await telephony.ownership.release(call.connection_id)
 
 
 async def _claim_ticket(telephony: Telephony, nonce: str) -> None:
     """Use the ticket up, on every surface at once; StreamRefused when it was used before."""
-    if telephony.tickets is None:
+    if telephony.started is None:
         raise StreamRefused(4403, "ticket_unverifiable")
     try:
-        await telephony.tickets.create(f"t.{nonce}", b"used")
+        await telephony.started.tickets.create(f"t.{nonce}", b"used")
     except KeyWrongLastSequenceError:
         raise StreamRefused(4403, "ticket_replayed") from None
     except Exception as exc:  # noqa: BLE001 - a claim that cannot be made refuses the call
@@ -402,21 +410,25 @@ async def _start(
 ) -> Call:
     """The call a `start` opens, or StreamRefused (before anything is stored)."""
     start = frame.get("start")
-    if not isinstance(start, dict) or telephony.ports is None:
+    started = telephony.started
+    if not isinstance(start, dict) or started is None:
         raise FrameError("bad_start")
     params = text_params(start.get("customParameters"))
     if params is None:
         raise StreamRefused(4403, "bad_parameters")
     raw_call_sid = _text(start.get("callSid")) or ""
-    stream_sid = _text(start.get("streamSid")) or _text(frame.get("streamSid")) or new_id("MZ")
-    call_sid = re.sub(r"[^A-Za-z0-9_-]", "", raw_call_sid)[:64] or new_id("CA")
+    stream_sid = (
+        _text(start.get("streamSid")) or _text(frame.get("streamSid")) or telephony.ids.new("MZ")
+    )
+    call_sid = re.sub(r"[^A-Za-z0-9_-]", "", raw_call_sid)[:64] or telephony.ids.new("CA")
     trust = telephony.trust
     nonce: str | None = None
     if trust.signed and params.get(TICKET):
         # Present: it must be ours, for this call and exactly these parameters.
         try:
             nonce = check_ticket(
-                trust.ticket_key, params[TICKET], raw_call_sid, params, now=telephony.clock()
+                trust.ticket_key, params[TICKET], raw_call_sid, params,
+                now=telephony.clock.now().timestamp(),
             )
         except TicketRefused as exc:
             raise StreamRefused(4403, exc.reason) from None
@@ -440,10 +452,11 @@ async def _start(
         if not _ID.match(user) or not _ID.match(tenant):
             raise StreamRefused(4404, "bad_caller")
         session = await telephony.open_session(user, tenant)
-    call = Call(websocket, session, stream_sid, call_sid, telephony.ports)
-    if telephony.ownership is not None:
-        await telephony.ownership.claim(call.connection_id)
+    call = Call(websocket, session, stream_sid, call_sid, started.ports)
+    await telephony.ownership.claim(call.connection_id)
     telephony.registry.attach(call)
+    if telephony.on_attach is not None:
+        telephony.on_attach(call)
     call.interaction(ChannelConnected(channel="voice", connection_id=call.connection_id))
     CALLS.labels(outcome="started").inc()
     return call
@@ -457,11 +470,19 @@ def opened_session_event(user_id: str, tenant_id: str, agent: str) -> SessionOpe
 
 
 async def append_control(
-    js: Any, topology: Any, session_id: str, event: ControlEvent, **ids: Any
+    js: Any,
+    topology: Any,
+    session_id: str,
+    event: ControlEvent,
+    *,
+    clock: Clock,
+    ids: Ids,
+    **refs: Any,
 ) -> None:
     """Append a control event to the session's control subject."""
     env: Envelope[ControlEvent] = Envelope(
-        event_id=new_id("ev"), occurred_at=_now(), session_id=session_id, event=event, **ids
+        event_id=ids.new("ev"), occurred_at=clock.now(), session_id=session_id, event=event,
+        **refs,
     )
     await append(js, CONTROL, topology.control_subject(session_id), env)
     metrics.EVENTS_PUBLISHED.labels(stream="control").inc()

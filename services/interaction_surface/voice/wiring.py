@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
-from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
@@ -17,10 +16,9 @@ from libs.domain.operation import OpStatus
 from libs.events import InteractionEvent
 
 from ..api import Surface
-from ..auth import new_id
 from ..chat.deliveries import DeliveryExecutor
 from ..chat.turns import TurnInput
-from .call import Call, CallRegistry, Review, SpeechPorts
+from .call import CallRegistry, Review, SpeechPorts
 from .engines.base import SpeechError, SpeechToText, TextToSpeech, synthesize
 from .engines.espeak import EspeakTts
 from .engines.pocketsphinx import PocketsphinxStt
@@ -31,6 +29,7 @@ from .settings import VoiceSettings
 from .trust import CLAIM_MARGIN_S
 from .twilio import (
     Telephony,
+    VoiceStarted,
     append_control,
     build_telephony_router,
     opened_session_event,
@@ -40,9 +39,16 @@ from .vad import load_silero
 log = logging.getLogger(__name__)
 
 
-def install_voice(app: FastAPI, surface: Surface, registry: CallRegistry) -> Telephony:
-    """Include the telephony routes; `start_voice` fills in the engines at start-up."""
-    settings = VoiceSettings.from_env()
+def install_voice(
+    app: FastAPI,
+    surface: Surface,
+    registry: CallRegistry,
+    *,
+    settings: VoiceSettings,
+    ownership: CallOwnership,
+    executor: DeliveryExecutor,
+) -> Telephony:
+    """Include the telephony routes; `start_voice` gives the engines at start-up."""
 
     async def find_session(session_id: str, token: str | None) -> SessionState:
         return await surface.session_for_token(session_id, token)
@@ -50,7 +56,7 @@ def install_voice(app: FastAPI, surface: Surface, registry: CallRegistry) -> Tel
     async def open_session(user_id: str, tenant_id: str) -> SessionState:
         agent = surface.settings.default_agent
         env = await surface.append_interaction(
-            new_id("s"), opened_session_event(user_id, tenant_id, agent),
+            surface.ids.new("s"), opened_session_event(user_id, tenant_id, agent),
             expect=True, agent=agent,
         )
         state = surface.view.session(env.session_id)
@@ -59,9 +65,12 @@ def install_voice(app: FastAPI, surface: Surface, registry: CallRegistry) -> Tel
 
     telephony = Telephony(
         registry=registry,
-        ports=None,
         find_session=find_session,
         open_session=open_session,
+        clock=surface.clock,
+        ids=surface.ids,
+        ownership=ownership,
+        on_attach=executor.watch,
         default_tenant=surface.settings.default_tenant,
         trust=settings.trust,
         voice=settings,
@@ -117,46 +126,33 @@ async def _tickets_bucket(surface: Surface, ttl_s: float) -> KeyValue:
         return await js.key_value(name)
 
 
-async def _sweep_forever(
-    executor: Callable[[], DeliveryExecutor | None], ownership: CallOwnership
-) -> None:
+async def _sweep_forever(executor: DeliveryExecutor, ownership: CallOwnership) -> None:
     """Start-up sweep, then one per TTL: calls whose owner died stop holding deliveries."""
     while True:
-        found = executor()
-        if found is not None:
-            found.ownership = ownership
-            try:
-                await found.sweep()
-            except Exception:
-                log.exception("delivery sweep failed")
+        try:
+            await executor.sweep()
+        except Exception:
+            log.exception("delivery sweep failed")
         await asyncio.sleep(ownership.ttl_s)
 
 
 async def start_ownership(
-    telephony: Telephony, surface: Surface, executor: Callable[[], DeliveryExecutor | None]
-) -> None:
-    """Claim calls in the shared bucket, watch their sessions, sweep dead owners' calls.
+    telephony: Telephony, surface: Surface, executor: DeliveryExecutor
+) -> asyncio.Task[None]:
+    """Open the shared call bucket (calls are claimed there from now on) and start the
+    sweep of dead owners' calls; returns the sweep's task.
 
     `HOLDLINE_CALL_OWNER_TTL_S` (10): how long a killed surface's calls still look alive.
     """
-    ttl_s = telephony.voice.call_owner_ttl_s
-    ownership = CallOwnership(await _calls_bucket(surface, ttl_s), new_id("surface"), ttl_s)
-    telephony.ownership = ownership
-
-    def watch(call: Call) -> None:
-        found = executor()
-        if found is not None:
-            found.ownership = ownership
-            found.watch(call)
-
-    telephony.registry.on_attach.append(watch)
-    telephony.sweeper = asyncio.create_task(_sweep_forever(executor, ownership))
+    ownership = telephony.ownership
+    ownership.open(await _calls_bucket(surface, ownership.ttl_s))
+    return asyncio.create_task(_sweep_forever(executor, ownership))
 
 
 async def start_voice(
-    telephony: Telephony, surface: Surface, executor: Callable[[], DeliveryExecutor | None]
-) -> None:
-    """Engines and the turn hook, once the surface's turns exist.
+    telephony: Telephony, surface: Surface, executor: DeliveryExecutor
+) -> VoiceStarted:
+    """Engines, buckets and the turn hook, once the surface's turns exist.
 
     `HOLDLINE_SPEECH_MODULES` names modules that register extra engines first.
     """
@@ -169,14 +165,17 @@ async def start_voice(
     # The start-up check: every misconfiguration of the phone edge, said once.
     for problem in telephony.trust.problems():
         log.warning("telephony: %s", problem)
-    telephony.tickets = await _tickets_bucket(surface, telephony.trust.ticket_ttl_s)
-    await start_ownership(telephony, surface, executor)
+    tickets = await _tickets_bucket(surface, telephony.trust.ticket_ttl_s)
+    sweeper = await start_ownership(telephony, surface, executor)
 
     async def record(session_id: str, event: InteractionEvent, **ids: Any) -> None:
         await surface.append_interaction(session_id, event, expect=False, **ids)
 
     async def control(session_id: str, event: Any, **ids: Any) -> None:
-        await append_control(rt.jetstream, rt.topology, session_id, event, **ids)
+        await append_control(
+            rt.jetstream, rt.topology, session_id, event,
+            clock=surface.clock, ids=surface.ids, **ids,
+        )
 
     async def turn(
         session: SessionState,
@@ -197,11 +196,8 @@ async def start_voice(
         return answer["turn_id"], reply["response_id"], reply["text"], attached
 
     async def settle_attached(_session_id: str, ids: tuple[str, ...], settled: Settled) -> None:
-        found = executor()
-        if found is None:
-            return
         for delivery_id in ids:
-            await found.settle_voice(delivery_id, settled, write=False, within_reply=True)
+            await executor.settle_voice(delivery_id, settled, write=False, within_reply=True)
 
     def delivery_texts(ids: tuple[str, ...]) -> dict[str, str]:
         states = (surface.view.deliveries.get(d) for d in ids)
@@ -218,7 +214,7 @@ async def start_voice(
         # At start-up: a missing model fails the start, not the first call.
         load_silero()
     tts = tts_named(settings.tts)
-    telephony.ports = SpeechPorts(
+    ports = SpeechPorts(
         tts=tts,
         stt=await _stt(tts, settings.stt),
         vad=vad,
@@ -232,3 +228,4 @@ async def start_voice(
         playout_lead_ms=settings.playout_lead_ms,
         floor=settings.floor,
     )
+    return VoiceStarted(ports=ports, tickets=tickets, sweeper=sweeper)

@@ -175,6 +175,7 @@ class DeepgramRecognizer:
         self._interim = ""
         self._final_end = 0  # bytes of audio covered by final results
         self._closing = False
+        # Monotonic, not the surface's Clock: it only measures how long the stream sat idle.
         self._fed_at = time.monotonic()
         self._wake = asyncio.Event()
         # Unbounded, yet bounded by the utterance: idle or finished, the stream ends.
