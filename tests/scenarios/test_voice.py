@@ -176,8 +176,8 @@ async def test_user_interrupts_before_hearing_the_closing(
     await phone.dial()
     answer = await chat.say("give me access to jira")
     batch, op = answer["operations"][0]["batch_id"], answer["operations"][0]["operation_id"]
-    await phone.wait_audio()
-    await asyncio.sleep(0.3)
+    # Cut in 0.3 s into the closing.
+    await phone.wait_playing(300)
     await phone.talk(await speech("wait"))
     assert phone.clears
     delivery = await final_said(chat, batch, "spoken")
@@ -202,9 +202,8 @@ async def test_channel_disconnects_with_pending_deliveries(
     await call.dial()
     answer = await chat.say("give me access to confluence")
     batch, op = answer["operations"][0]["batch_id"], answer["operations"][0]["operation_id"]
-    await call.wait_audio()
-    # The line drops while the closing is playing.
-    await asyncio.sleep(0.3)
+    # The line drops while the closing is playing, 0.3 s into it.
+    await call.wait_playing(300)
     await call.hang_up(stop=False)
 
     async def unheard() -> bool:
@@ -259,8 +258,7 @@ async def test_vad_fires_a_false_speech_started(
     await phone.dial()
     answer = await chat.say("give me access to docker")
     batch, op = answer["operations"][0]["batch_id"], answer["operations"][0]["operation_id"]
-    await phone.wait_audio()
-    await asyncio.sleep(0.3)
+    await phone.wait_playing(300)
     # A burst of noise: loud enough for webrtcvad to call it voice, with no words in it.
     noise = bytes(b & 0x7F for b in os.urandom(2400))
     await phone.talk(noise + silence_ulaw(1200))
