@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,8 +17,20 @@ from libs.bus import Context
 from services.interaction_surface.voice.codec import silence_ulaw
 from tests.voice.phone import AUTH_TOKEN, CUT, Phone, speech
 
-from .checks import closed_once, durable, effects_of, final_said, in_order, marks_of, timeline
+from .checks import (
+    closed_once,
+    durable,
+    effects_of,
+    final_said,
+    in_order,
+    marks_of,
+    settled,
+    timeline,
+)
 from .conftest import running
+
+# Past the end of an utterance's playback, when a test shows it was not taken as played.
+PLAYOUT_MARGIN_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -235,7 +248,13 @@ async def test_tts_generated_audio_twilio_has_not_played(
     utterance = await phone.wait_for(sent["delivery_id"])
     # All its audio reached Twilio; none of it has played yet.
     assert utterance.audio_ms > 500
-    await asyncio.sleep(1.0)
+    # Longer than the audio would take to play from its first frame (a surface guessing
+    # "played" from the audio's length would have marked it by then), then every service
+    # has handled what is on the streams: still no mark, so still not said.
+    assert utterance.began_at is not None
+    played_by = utterance.began_at + utterance.audio_ms / 1000 + PLAYOUT_MARGIN_S
+    await asyncio.sleep(max(played_by - time.monotonic(), 0.0))
+    await settled(stack)
     snap = await chat.snapshot()
     [still] = [d for d in snap["deliveries"] if d["delivery_id"] == sent["delivery_id"]]
     assert still["status"] == "sent"
