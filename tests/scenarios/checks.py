@@ -18,7 +18,7 @@ import httpx
 from harness.surface import COMMON_ENV, Chat, SurfaceStack, effects, eventually
 from libs.bus import EVENT_CODECS, Context, Received, Topology, connect, read_subject
 from libs.config import BusSettings
-from tests.support.drained import drained
+from tests.support.drained import settled
 
 # How long a closing's batch is watched for anything late once the closing was said: longer
 # than the ack wait of the stacks (harness/surface.py; unset, the production default is the
@@ -94,15 +94,6 @@ async def durable(stack: SurfaceStack, session_id: str) -> Durable:
             assert not read.rejected, f"undecodable events in {context}: {read.rejected}"
             events[context] = read.items
         return Durable(events)
-    finally:
-        await nc.close()
-
-
-async def settled(stack: SurfaceStack) -> None:
-    """Until every service has handled and acknowledged everything on the stack's streams."""
-    nc = await connect(BusSettings(nats_url=stack.nats_url, prefix=stack.prefix), name="checks")
-    try:
-        await drained(nc.jetstream(), Topology(stack.prefix))
     finally:
         await nc.close()
 

@@ -22,8 +22,9 @@ from harness.recovery import (
     timeline,
 )
 from harness.surface import SurfaceStack
+from tests.support.drained import settled
 
-from .checks import QUIET_S, settled
+from .checks import QUIET_S
 
 LATENCY_MS = 1500
 BOUND_S = LATENCY_MS / 1000 + 10

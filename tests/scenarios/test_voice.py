@@ -15,6 +15,7 @@ from harness.processes import Broker
 from harness.surface import SurfaceStack, eventually, fault, open_chat, unique
 from libs.bus import Context
 from services.interaction_surface.voice.codec import silence_ulaw
+from tests.support.drained import settled
 from tests.voice.phone import AUTH_TOKEN, CUT, Phone, speech
 
 from .checks import (
@@ -24,7 +25,6 @@ from .checks import (
     final_said,
     in_order,
     marks_of,
-    settled,
     timeline,
 )
 from .conftest import running

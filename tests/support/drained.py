@@ -17,7 +17,9 @@ import time
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy
 
-from libs.bus import Topology
+from harness.surface import SurfaceStack
+from libs.bus import Topology, connect
+from libs.config import BusSettings
 
 
 async def _last_seqs(js: JetStreamContext, streams: list[str]) -> list[int]:
@@ -58,3 +60,12 @@ async def drained(js: JetStreamContext, topology: Topology, *, timeout_s: float 
             return
         await asyncio.sleep(0.05)
     raise AssertionError(f"the services did not drain the streams in {timeout_s}s: {busy}")
+
+
+async def settled(stack: SurfaceStack) -> None:
+    """`drained` on the streams of a running stack."""
+    nc = await connect(BusSettings(nats_url=stack.nats_url, prefix=stack.prefix), name="drained")
+    try:
+        await drained(nc.jetstream(), Topology(stack.prefix))
+    finally:
+        await nc.close()

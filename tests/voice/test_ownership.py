@@ -14,6 +14,7 @@ from websockets.exceptions import ConnectionClosed
 
 from harness.processes import Broker
 from harness.surface import Chat, SurfaceStack, eventually, open_chat
+from tests.support.drained import settled
 
 from .helpers import (
     call_in,
@@ -63,8 +64,9 @@ async def test_only_the_surface_holding_the_call_speaks_its_deliveries(
             await chat.say(f"give me access to {name}")
             if index == 1:
                 decided = await eventually(lambda: _handed_over(chat, spoken_ids), timeout_s=15)
-                await asyncio.sleep(1.0)
-                # The consumer already had it; it must not have gone to chat.
+                # The other surface has consumed it (and everything else is handled); it
+                # must not have gone to chat.
+                await settled(stack)
                 assert not await events_of(chat, "delivery.sent", delivery_id=decided)
         finally:
             if index == 1:
