@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from tests.operations.conftest import StackFactory
+from tests.support.drained import drained
 from tests.support.stack import types
 
 BOOKING = {"restaurant": "Casa Pepe", "date": "2026-12-24", "time": "21:00", "party_size": 2}
@@ -102,7 +103,9 @@ async def test_confirmation_is_needed_before_a_transfer_runs(make_stack: StackFa
     assert op.status == "awaiting_confirmation"
     assert op.prompt is not None
     assert "transfer_money" in op.prompt
-    await asyncio.sleep(0.5)
+    # The workers have seen everything admission wrote, and sent nothing.
+    assert stack.js is not None
+    await drained(stack.js, stack.topology)
     assert await stack.ledger("dave-main") == []
     assert stack.admission is not None
     declined = await stack.admission.confirm(ctx, op.operation_id, accept=False)
