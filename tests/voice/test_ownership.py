@@ -30,6 +30,9 @@ from .phone import Phone
 
 pytestmark = pytest.mark.timeout(120)
 
+# Longer than a consumer's pull request lives (1 s), with a margin for a loaded machine.
+PULL_EXPIRY_S = 1.5
+
 
 @pytest.fixture(scope="module")
 def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurfaceStack]:
@@ -56,10 +59,12 @@ async def test_only_the_surface_holding_the_call_speaks_its_deliveries(
     spoken_ids: list[str] = []
     for index, name in enumerate(names):
         if index == 1:
-            # The owner stops fetching (its last pull request expires within a second), so
-            # the other surface is the one that consumes this closing.
+            # The owner stops fetching, so the other surface is the one that consumes this
+            # closing once the owner's last pull request has expired. The broker does not
+            # say whose pull requests wait, so this is a window: longer than a fetch's
+            # expiry (`fetch_timeout_s`, 1 s, libs/bus/consumer.py).
             owner.pause()
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(PULL_EXPIRY_S)
         try:
             await chat.say(f"give me access to {name}")
             if index == 1:
