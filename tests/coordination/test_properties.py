@@ -28,6 +28,7 @@ from libs.events import (
     SpeechStarted,
     SpeechStopped,
 )
+from tests.support.drained import drained
 
 from .harness import Scripted, Services, make_services
 
@@ -109,7 +110,9 @@ async def _run(
             await scripted.interaction(session, SpeechStopped(stream_ms=0))
         for session, batch in zip(sessions, batches, strict=True):
             await _said(scripted, session, batch)
-        await asyncio.sleep(0.3)
+        # Every message handled and acknowledged, a killed service's redeliveries included:
+        # a second closing from any of them would be on the streams now.
+        await drained(js, topology)
         for session, batch in zip(sessions, batches, strict=True):
             finals = [e for e in await scripted.finals(session) if e.batch_id == batch]
             assert len(finals) == 1

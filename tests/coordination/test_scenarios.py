@@ -37,6 +37,7 @@ from libs.events import (
     UserActivity,
 )
 from tests.coordination.harness import Scripted, Services, assert_one_final, new_id
+from tests.support.drained import drained
 
 
 async def _voice_session(scripted: Scripted) -> str:
@@ -149,9 +150,9 @@ async def test_a_callback_arrives_twice(scripted: Scripted, services: Services) 
         session, "op2", OperationCommitted(result={"ok": True}, via="callback"), batch_id=batch
     )
     await scripted.commit(session, batch, "op1")
-    # Give the coordinator time to (not) react to the late duplicates.
     await _decisions_until(scripted, session, final_delivery_id(batch), "deliver_now")
-    time.sleep(0.5)
+    # The coordinator and the policy have handled the late duplicates (and all they led to).
+    await drained(scripted.js, scripted.topology)
     await assert_one_final(scripted, session, batch)
 
 
@@ -385,7 +386,8 @@ async def test_a_delivery_that_waits_too_long_falls_back_to_the_next_turn(
     await scripted.interaction(session, SpeechStopped(stream_ms=5000))
     turn = new_id("turn")
     await scripted.interaction(session, TurnReceived(channel="voice", text="and?"), turn_id=turn)
-    time.sleep(0.5)
+    # The policy has handled the quiet channel and the turn.
+    await drained(scripted.js, scripted.topology)
     assert all(d in {"wait_for_quiet", "attach_next_turn"}
                for d, _ in await scripted.decisions(session, delivery))
     # What the policy left on the stream before the surface acts: still waiting, pinned to
@@ -400,8 +402,8 @@ async def test_a_delivery_that_waits_too_long_falls_back_to_the_next_turn(
     assert decided[-1].mode == "next_turn"
     await scripted.surface(session, delivery, DeliveryAttached(attached_to_turn_id=turn))
     await scripted.surface(session, delivery, DeliverySpoken())
-    # Once attached and spoken, the policy must not decide on it again.
-    time.sleep(0.5)
+    # Once attached and spoken, the policy must not decide on it again: it has handled both.
+    await drained(scripted.js, scripted.topology)
     tail = [e.event for e in await scripted.delivery_events(session)
             if e.delivery_id == delivery]
     assert isinstance(tail[-1], DeliverySpoken), f"policy wrote after the spoken mark: {tail[-1]}"

@@ -5,7 +5,14 @@ from __future__ import annotations
 import asyncio
 
 from tests.operations.conftest import StackFactory
+from tests.support.drained import drained
 from tests.support.stack import types
+
+# The provider completes a held booking this long after accepting it (202): only a window
+# longer than that shows it never completes one that was cancelled.
+ASYNC_DELAY_S = 2.0
+PAST_ASYNC_DELAY_S = ASYNC_DELAY_S + 0.5
+HELD = {"SANDBOX_ASYNC_DELAY_MS": str(int(ASYNC_DELAY_S * 1000))}
 
 BOOKING = {"restaurant": "Casa Pepe", "date": "2026-12-24", "time": "21:00", "party_size": 2}
 
@@ -33,7 +40,7 @@ async def test_cancel_before_start_sends_nothing(make_stack: StackFactory) -> No
 async def test_cancel_while_running_asks_the_provider_and_waits_for_its_answer(
     make_stack: StackFactory,
 ) -> None:
-    stack = await make_stack(provider_env={"SANDBOX_ASYNC_DELAY_MS": "2000"})
+    stack = await make_stack(provider_env=HELD)
     ctx = stack.turn()
     turn = await stack.admit(ctx, ("book_table", BOOKING))
     op = turn.outcomes[0].operation_id
@@ -46,8 +53,12 @@ async def test_cancel_while_running_asks_the_provider_and_waits_for_its_answer(
     kinds = types(events)
     assert kinds.index("operation.cancel_requested") < kinds.index("operation.cancelled")
     assert "operation.committed" not in kinds
-    await asyncio.sleep(2.5)
-    # The provider never commits the cancelled booking, and no callback resurrects it.
+    # The provider's own completion would have come by now (the window outlasts its async
+    # delay, counted from an acceptance that came before the cancel), and all it led to is
+    # handled: it never commits the cancelled booking, and no callback resurrects it.
+    await asyncio.sleep(PAST_ASYNC_DELAY_S)
+    assert stack.js is not None
+    await drained(stack.js, stack.topology)
     assert await stack.effects("casa-pepe") == 0
     state, _ = await stack.operation(ctx.session_id, op)
     assert state is not None
@@ -102,7 +113,9 @@ async def test_confirmation_is_needed_before_a_transfer_runs(make_stack: StackFa
     assert op.status == "awaiting_confirmation"
     assert op.prompt is not None
     assert "transfer_money" in op.prompt
-    await asyncio.sleep(0.5)
+    # The workers have seen everything admission wrote, and sent nothing.
+    assert stack.js is not None
+    await drained(stack.js, stack.topology)
     assert await stack.ledger("dave-main") == []
     assert stack.admission is not None
     declined = await stack.admission.confirm(ctx, op.operation_id, accept=False)
@@ -115,7 +128,7 @@ async def test_confirmation_is_needed_before_a_transfer_runs(make_stack: StackFa
 
 
 async def test_a_newer_intent_cancels_the_older_one_still_running(make_stack: StackFactory) -> None:
-    stack = await make_stack(provider_env={"SANDBOX_ASYNC_DELAY_MS": "2000"})
+    stack = await make_stack(provider_env=HELD)
     ctx = stack.turn()
     first = await stack.admit(ctx, ("book_table", BOOKING))
     old = first.outcomes[0].operation_id
@@ -130,7 +143,10 @@ async def test_a_newer_intent_cancels_the_older_one_still_running(make_stack: St
     booked = await stack.wait_status(ctx.session_id, new, "committed")
     assert booked.result is not None
     assert booked.result["time"] == "21:30"
-    await asyncio.sleep(2.5)
+    # Past the cancelled booking's completion time at the provider, and all handled.
+    await asyncio.sleep(PAST_ASYNC_DELAY_S)
+    assert stack.js is not None
+    await drained(stack.js, stack.topology)
     # One real booking: the 21:00 one never happened at the restaurant.
     assert await stack.effects("casa-pepe") == 1
 

@@ -12,6 +12,7 @@ from libs.bus import append
 from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation, OperationAdmitted
 from libs.tools import default_registry
 from tests.operations.conftest import StackFactory
+from tests.support.drained import drained
 from tests.support.stack import types
 
 
@@ -113,7 +114,9 @@ async def test_duplicate_admitted_event_and_duplicate_work_change_nothing(
         )
         await append(stack.js, WORK, stack.topology.work_subject(ctx.session_id, op), work)
     state = await stack.wait_status(ctx.session_id, op, "committed")
-    await asyncio.sleep(0.5)
+    # Every duplicate handled by the workers, not just given half a second.
+    assert stack.js is not None
+    await drained(stack.js, stack.topology)
     assert await stack.effects("gitlab") == 1
     _, events = await stack.operation(ctx.session_id, op)
     assert types(events).count("operation.committed") == 1
@@ -147,7 +150,9 @@ async def test_two_workers_racing_for_one_operation_make_one_effect(
             )
     for outcome in turn.outcomes:
         await stack.wait_status(ctx.session_id, outcome.operation_id, "committed")
-    await asyncio.sleep(0.5)
+    # Every copy of the work handled by the workers, not just given half a second.
+    assert stack.js is not None
+    await drained(stack.js, stack.topology)
     for i in range(5):
         assert await stack.effects(f"race-{i}") == 1
     for outcome in turn.outcomes:

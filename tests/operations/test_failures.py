@@ -5,7 +5,11 @@ from __future__ import annotations
 import asyncio
 import signal
 
+import httpx
+
+from harness.surface import eventually
 from tests.operations.conftest import StackFactory
+from tests.support.drained import drained
 from tests.support.stack import types
 
 
@@ -180,7 +184,15 @@ async def test_async_completion_with_a_duplicated_callback_commits_once(
     )
     op = turn.outcomes[0].operation_id
     state = await stack.wait_status(ctx.session_id, op, "committed")
-    await asyncio.sleep(1.0)
+
+    async def both_callbacks() -> bool:
+        return await _callbacks_delivered(stack.provider_url) >= 2
+
+    # The second callback has been answered by the worker (which records what it learns
+    # before answering), and everything it led to on the streams is handled.
+    await eventually(both_callbacks)
+    assert stack.js is not None
+    await drained(stack.js, stack.topology)
     _, events = await stack.operation(ctx.session_id, op)
     kinds = types(events)
     assert kinds.count("operation.committed") == 1
@@ -240,3 +252,13 @@ async def test_a_worker_killed_mid_attempt_is_taken_over_within_seconds_at_defau
     assert asyncio.get_running_loop().time() - killed_at < 1.5 + 10
     assert state.status.value == "committed"
     assert await stack.effects("nexus") == 1
+
+
+async def _callbacks_delivered(provider_url: str) -> float:
+    """Completion callbacks the provider has had answered so far."""
+    async with httpx.AsyncClient(base_url=provider_url) as http:
+        text = (await http.get("/metrics")).text
+    for line in text.splitlines():
+        if line.startswith('holdline_sandbox_callbacks_total{outcome="delivered"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0

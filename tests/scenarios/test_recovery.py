@@ -22,6 +22,9 @@ from harness.recovery import (
     timeline,
 )
 from harness.surface import SurfaceStack
+from tests.support.drained import settled
+
+from .checks import QUIET_S
 
 LATENCY_MS = 1500
 BOUND_S = LATENCY_MS / 1000 + 10
@@ -64,8 +67,11 @@ async def _recovers(stack: SurfaceStack, broker: Broker, client: httpx.AsyncClie
     assert trial.kill_to_closing_s <= BOUND_S, (
         f"kill -9 of the {kind}: the batch closed {trial.kill_to_closing_s:.1f} s later"
     )
-    # Time for a second closing or a second effect to show, were there one.
-    await asyncio.sleep(1.5)
+    # Time for a second closing or a second effect to show, were there one: longer than the
+    # ack wait (a redelivery of the killed process's message), then every service has
+    # handled what is on the streams.
+    await asyncio.sleep(QUIET_S)
+    await settled(stack)
     events = await timeline(trial.chat)
     assert events is not None
     assert len(delivered_finals(events, trial.batch_id)) == 1

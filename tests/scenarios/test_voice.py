@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,10 +15,22 @@ from harness.processes import Broker
 from harness.surface import SurfaceStack, eventually, fault, open_chat, unique
 from libs.bus import Context
 from services.interaction_surface.voice.codec import silence_ulaw
+from tests.support.drained import settled
 from tests.voice.phone import AUTH_TOKEN, CUT, Phone, speech
 
-from .checks import closed_once, durable, effects_of, final_said, in_order, marks_of, timeline
+from .checks import (
+    closed_once,
+    durable,
+    effects_of,
+    final_said,
+    in_order,
+    marks_of,
+    timeline,
+)
 from .conftest import running
+
+# Past the end of an utterance's playback, when a test shows it was not taken as played.
+PLAYOUT_MARGIN_S = 0.5
 
 
 @pytest.fixture(scope="module")
@@ -176,8 +189,8 @@ async def test_user_interrupts_before_hearing_the_closing(
     await phone.dial()
     answer = await chat.say("give me access to jira")
     batch, op = answer["operations"][0]["batch_id"], answer["operations"][0]["operation_id"]
-    await phone.wait_audio()
-    await asyncio.sleep(0.3)
+    # Cut in 0.3 s into the closing.
+    await phone.wait_playing(300)
     await phone.talk(await speech("wait"))
     assert phone.clears
     delivery = await final_said(chat, batch, "spoken")
@@ -202,9 +215,8 @@ async def test_channel_disconnects_with_pending_deliveries(
     await call.dial()
     answer = await chat.say("give me access to confluence")
     batch, op = answer["operations"][0]["batch_id"], answer["operations"][0]["operation_id"]
-    await call.wait_audio()
-    # The line drops while the closing is playing.
-    await asyncio.sleep(0.3)
+    # The line drops while the closing is playing, 0.3 s into it.
+    await call.wait_playing(300)
     await call.hang_up(stop=False)
 
     async def unheard() -> bool:
@@ -236,7 +248,13 @@ async def test_tts_generated_audio_twilio_has_not_played(
     utterance = await phone.wait_for(sent["delivery_id"])
     # All its audio reached Twilio; none of it has played yet.
     assert utterance.audio_ms > 500
-    await asyncio.sleep(1.0)
+    # Longer than the audio would take to play from its first frame (a surface guessing
+    # "played" from the audio's length would have marked it by then), then every service
+    # has handled what is on the streams: still no mark, so still not said.
+    assert utterance.began_at is not None
+    played_by = utterance.began_at + utterance.audio_ms / 1000 + PLAYOUT_MARGIN_S
+    await asyncio.sleep(max(played_by - time.monotonic(), 0.0))
+    await settled(stack)
     snap = await chat.snapshot()
     [still] = [d for d in snap["deliveries"] if d["delivery_id"] == sent["delivery_id"]]
     assert still["status"] == "sent"
@@ -259,8 +277,7 @@ async def test_vad_fires_a_false_speech_started(
     await phone.dial()
     answer = await chat.say("give me access to docker")
     batch, op = answer["operations"][0]["batch_id"], answer["operations"][0]["operation_id"]
-    await phone.wait_audio()
-    await asyncio.sleep(0.3)
+    await phone.wait_playing(300)
     # A burst of noise: loud enough for webrtcvad to call it voice, with no words in it.
     noise = bytes(b & 0x7F for b in os.urandom(2400))
     await phone.talk(noise + silence_ulaw(1200))

@@ -19,6 +19,7 @@ from harness.surface import (
     open_chat,
     unique,
 )
+from tests.support.drained import settled
 
 # Words an acceptance must never use: the work has only started.
 _CLAIMS = ("done", "granted", "completed", "finished", "listo", "hecho")
@@ -71,8 +72,9 @@ async def test_batch_of_three_accesses_closes_once_on_history_and_stream(
     assert {o["status"] for o in snap["operations"]} == {"committed"}
     assert all(o["attempts"] == 1 for o in snap["operations"])
     assert snap["sync_mode"] == "proactive"
-    # Nothing more arrives on the stream: exactly one closing there too.
-    await asyncio.sleep(0.5)
+    # Nothing more arrives on the stream once every service has handled everything:
+    # exactly one closing there too.
+    await settled(stack)
     more = []
     while True:
         try:
@@ -115,7 +117,7 @@ async def test_one_failure_closes_once_with_an_explanation_and_an_alternative(
     assert "Alternative:" in closing["text"]
     statuses = {o["label"]: o["status"] for o in snap["operations"]}
     assert statuses == {good: "committed", bad: "failed_final"}
-    await asyncio.sleep(0.5)
+    await settled(stack)
     assert len(closings(await chat.snapshot(), batch)) == 1
 
 

@@ -79,9 +79,8 @@ async def seed_conversation(surface_url: str, provider_url: str) -> CallReport:
         await phone.dial()
         try:
             await phone.talk(await speech(REQUEST))
-            await phone.wait_audio()
-            await asyncio.sleep(0.5)
-            # The caller cuts in while the acceptance plays, then keeps talking.
+            # The caller cuts in 0.5 s into the acceptance, then keeps talking.
+            await phone.wait_playing(500)
             await phone.talk(await speech("wait one moment please"))
             await phone.talk(await speech("i am still here"))
             closing = await eventually(lambda: _spoken_closing(chat), timeout_s=40)

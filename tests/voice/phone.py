@@ -275,6 +275,15 @@ class Phone:
             except TimeoutError:
                 continue
 
+    async def wait_playing(self, ms: int, timeout_s: float = 20.0) -> None:
+        """Until the utterance arriving now has at least `ms` of its audio here: the point in
+        its playback a caller cuts in at (the agent sends audio at the pace it plays)."""
+        deadline = time.monotonic() + timeout_s
+        while self._unmarked_ms < ms:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no utterance reached {ms} ms; got {self.utterances}")
+            await asyncio.sleep(0.01)
+
     async def wait_audio(self, timeout_s: float = 20.0) -> None:
         """Until some agent audio arrived."""
         deadline = time.monotonic() + timeout_s

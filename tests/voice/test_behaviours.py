@@ -3,7 +3,6 @@ while the caller speaks or while the agent is speaking, urgent versus normal."""
 
 from __future__ import annotations
 
-import asyncio
 import random
 import struct
 import time
@@ -51,8 +50,8 @@ async def test_a_cough_over_the_closing_holds_it_briefly_and_nothing_is_cut(
     await chat.say(f"give me access to {name}")
     sent = await eventually(lambda: delivery_with(chat, "sent"), timeout_s=20)
     delivery_id = sent["delivery_id"]
-    await phone.wait_audio()
-    await asyncio.sleep(0.5)
+    # 0.5 s into the closing.
+    await phone.wait_playing(500)
     # Loud and longer than the 60 ms minimum: webrtcvad calls it voiced, Silero does not.
     await phone.talk(noise_burst(300) + silence_ulaw(500))
     closing = await phone.wait_for(delivery_id, timeout_s=20, returned=True)

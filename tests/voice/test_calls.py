@@ -185,9 +185,9 @@ async def test_barge_in_clears_the_closing_keeps_the_operation_and_retries_short
     phone = await call_in(stack.url, chat)
     name = unique("voiceslack")
     await chat.say(f"give me access to {name}")
-    await phone.wait_audio()
     first = await eventually(lambda: delivery_with(chat, "sent"))
-    await asyncio.sleep(0.6)
+    # 0.6 s into the closing.
+    await phone.wait_playing(600)
     # The caller talks over the closing: real speech, at real-time pace.
     await phone.talk(await speech("wait, one moment please"))
     assert phone.clears, "no clear was sent"
@@ -247,8 +247,8 @@ async def test_barge_in_during_the_acceptance_truncates_history_and_keeps_the_ba
     chat = await open_chat(client)
     phone = await call_in(stack.url, chat)
     await ask_by_voice_with_a_slow_provider(stack, phone)
-    await phone.wait_audio()
-    await asyncio.sleep(0.5)
+    # 0.5 s into the acceptance.
+    await phone.wait_playing(500)
     await phone.talk(await speech("wait one moment please"))
     assert phone.clears
 

@@ -14,6 +14,7 @@ from websockets.exceptions import ConnectionClosed
 
 from harness.processes import Broker
 from harness.surface import Chat, SurfaceStack, eventually, open_chat
+from tests.support.drained import settled
 
 from .helpers import (
     call_in,
@@ -28,6 +29,9 @@ from .helpers import (
 from .phone import Phone
 
 pytestmark = pytest.mark.timeout(120)
+
+# Longer than a consumer's pull request lives (1 s), with a margin for a loaded machine.
+PULL_EXPIRY_S = 1.5
 
 
 @pytest.fixture(scope="module")
@@ -55,16 +59,19 @@ async def test_only_the_surface_holding_the_call_speaks_its_deliveries(
     spoken_ids: list[str] = []
     for index, name in enumerate(names):
         if index == 1:
-            # The owner stops fetching (its last pull request expires within a second), so
-            # the other surface is the one that consumes this closing.
+            # The owner stops fetching, so the other surface is the one that consumes this
+            # closing once the owner's last pull request has expired. The broker does not
+            # say whose pull requests wait, so this is a window: longer than a fetch's
+            # expiry (`fetch_timeout_s`, 1 s, libs/bus/consumer.py).
             owner.pause()
-            await asyncio.sleep(1.5)
+            await asyncio.sleep(PULL_EXPIRY_S)
         try:
             await chat.say(f"give me access to {name}")
             if index == 1:
                 decided = await eventually(lambda: _handed_over(chat, spoken_ids), timeout_s=15)
-                await asyncio.sleep(1.0)
-                # The consumer already had it; it must not have gone to chat.
+                # The other surface has consumed it (and everything else is handled); it
+                # must not have gone to chat.
+                await settled(stack)
                 assert not await events_of(chat, "delivery.sent", delivery_id=decided)
         finally:
             if index == 1:
