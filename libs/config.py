@@ -73,6 +73,34 @@ def nats_servers(value: str) -> list[str]:
     return servers
 
 
+@dataclass(frozen=True, slots=True)
+class BusTimings:
+    """The bus library's waits and read mode, handed down from `BusSettings.timings` by the
+    runtime (consumers, the event store, the live views) and by the callers of the free
+    functions (`append`, `claim_once`, `load`, `read_subject`). The defaults are the
+    library's own: a process that never read its environment behaves like one that read
+    an empty one."""
+
+    # How long one append (or claim) keeps trying while its stream has no leader.
+    append_retry_s: float = 8.0
+    # How long a consumer's handler waits out an unavailable broker before failing.
+    broker_patience_s: float = 30.0
+    # Silence after which a durable consumer checks that the broker still has it.
+    consumer_check_s: float = 3.0
+    # Idle heartbeat of the ordered consumers that live views follow streams with. An
+    # ordered consumer is a single in-memory replica; when its node dies the client only
+    # notices the missing heartbeats (two) and recreates it from the next sequence. nats-py's
+    # default (5 s) leaves a view 10 s behind after a node or broker kill, and admission and
+    # the surface wait on those views; 0.5 s costs two tiny messages per second and stream.
+    follow_heartbeat_s: float = 0.5
+    # Reads of one subject ask the stream leader's last sequence first (replicated streams).
+    consistent_reads: bool = False
+
+
+# The library defaults, for parameters of callers that were handed no timings.
+DEFAULT_TIMINGS = BusTimings()
+
+
 @dataclass(frozen=True)
 class BusSettings:
     """How a process reaches the broker and how its streams and consumers behave."""
@@ -104,6 +132,10 @@ class BusSettings:
     max_outstanding_pings: int = 2
     # On SIGTERM: how long in-flight messages may finish before they are handed back (NAK).
     graceful_shutdown_s: float = 10.0
+    append_retry_s: float = 8.0
+    broker_patience_s: float = 30.0
+    consumer_check_s: float = 3.0
+    follow_heartbeat_s: float = 0.5
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix):
@@ -118,6 +150,18 @@ class BusSettings:
     def servers(self) -> list[str]:
         """The broker seeds of `nats_url`, in the order given."""
         return nats_servers(self.nats_url)
+
+    @property
+    def timings(self) -> BusTimings:
+        """What the bus library is handed: these waits, and leader-checked reads when the
+        streams are replicated."""
+        return BusTimings(
+            append_retry_s=self.append_retry_s,
+            broker_patience_s=self.broker_patience_s,
+            consumer_check_s=self.consumer_check_s,
+            follow_heartbeat_s=self.follow_heartbeat_s,
+            consistent_reads=self.replicas > 1,
+        )
 
     @classmethod
     def from_env(cls) -> BusSettings:
@@ -148,6 +192,10 @@ class BusSettings:
             graceful_shutdown_s=env_float(
                 "HOLDLINE_GRACEFUL_SHUTDOWN_S", cls.graceful_shutdown_s
             ),
+            append_retry_s=env_float("HOLDLINE_APPEND_RETRY_S", cls.append_retry_s),
+            broker_patience_s=env_float("HOLDLINE_BROKER_PATIENCE_S", cls.broker_patience_s),
+            consumer_check_s=env_float("HOLDLINE_CONSUMER_CHECK_S", cls.consumer_check_s),
+            follow_heartbeat_s=env_float("HOLDLINE_FOLLOW_HEARTBEAT_S", cls.follow_heartbeat_s),
         )
 
 

@@ -71,6 +71,7 @@ def start_parts(
         runtime.bucket("intents"),
         clock=clock,
         ids=ids,
+        timings=runtime.timings,
     )
     turns = Turns(
         runtime=runtime,
@@ -132,8 +133,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     async def on_start() -> None:
         js = runtime.jetstream
-        await view.follow(js, runtime.topology)
-        await load_view.follow(js, runtime.topology)
+        heartbeat_s = runtime.timings.follow_heartbeat_s
+        await view.follow(js, runtime.topology, heartbeat_s=heartbeat_s)
+        await load_view.follow(js, runtime.topology, heartbeat_s=heartbeat_s)
         await view.caught_up.wait()
         await load_view.caught_up.wait()
         metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))

@@ -36,6 +36,7 @@ from nats.js.kv import KeyValue
 
 from libs import metrics
 from libs.bus import append
+from libs.config import DEFAULT_TIMINGS, BusTimings
 from libs.domain import SessionState
 from libs.events import (
     CONTROL,
@@ -457,11 +458,12 @@ def opened_session_event(user_id: str, tenant_id: str, agent: str) -> SessionOpe
 
 
 async def append_control(
-    js: Any, topology: Any, session_id: str, event: ControlEvent, **ids: Any
+    js: Any, topology: Any, session_id: str, event: ControlEvent, *,
+    timings: BusTimings = DEFAULT_TIMINGS, **ids: Any,
 ) -> None:
     """Append a control event to the session's control subject."""
     env: Envelope[ControlEvent] = Envelope(
         event_id=new_id("ev"), occurred_at=_now(), session_id=session_id, event=event, **ids
     )
-    await append(js, CONTROL, topology.control_subject(session_id), env)
+    await append(js, CONTROL, topology.control_subject(session_id), env, timings=timings)
     metrics.EVENTS_PUBLISHED.labels(stream="control").inc()

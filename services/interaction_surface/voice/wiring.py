@@ -176,7 +176,9 @@ async def start_voice(
         await surface.append_interaction(session_id, event, expect=False, **ids)
 
     async def control(session_id: str, event: Any, **ids: Any) -> None:
-        await append_control(rt.jetstream, rt.topology, session_id, event, **ids)
+        await append_control(
+            rt.jetstream, rt.topology, session_id, event, timings=rt.timings, **ids
+        )
 
     async def turn(
         session: SessionState,
