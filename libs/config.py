@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 N = TypeVar("N", int, float)
@@ -212,4 +212,24 @@ class HttpSettings:
         return cls(
             host=env_str(f"{service_env}_HOST", "127.0.0.1"),
             port=env_int(f"{service_env}_PORT", default_port),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """How `libs.serve` runs a service's app: where it listens, how it logs, how long a
+    stopping server leaves in-flight requests."""
+
+    http: HttpSettings = field(default_factory=lambda: HttpSettings("127.0.0.1", 8080))
+    log_level: str = "INFO"
+    graceful_shutdown_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, service_env: str, default_port: int, bus: BusSettings) -> ServeSettings:
+        """`<SERVICE>_HOST`/`_PORT` and `HOLDLINE_LOG_LEVEL`; the shutdown budget is the one
+        the bus settings read (`HOLDLINE_GRACEFUL_SHUTDOWN_S`), so both drain alike."""
+        return cls(
+            http=HttpSettings.from_env(service_env, default_port),
+            log_level=env_str("HOLDLINE_LOG_LEVEL", "INFO"),
+            graceful_shutdown_s=bus.graceful_shutdown_s,
         )

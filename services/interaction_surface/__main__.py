@@ -7,12 +7,15 @@ from fastapi import FastAPI
 from libs.serve import EXIT_CONFIG, serve
 
 from .app import create_app
+from .settings import Settings
 from .voice.trust import TelephonyMisconfigured
+
+_settings = Settings.from_env()
 
 
 def _app() -> FastAPI:
     try:
-        return create_app()
+        return create_app(_settings)
     except TelephonyMisconfigured as exc:
         # Refuse to start, with the reason on one line (a crash loop in Kubernetes says why);
         # the supervisor does not restart a configuration it would refuse again.
@@ -26,7 +29,6 @@ def _app() -> FastAPI:
 serve(
     _app,
     service="interaction-surface",
-    env_prefix="INTERACTION_SURFACE",
-    default_port=8080,
+    settings=_settings.serve,
     proxy_headers=False,
 )

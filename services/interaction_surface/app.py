@@ -95,6 +95,7 @@ def start_parts(
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the surface's app."""
     settings = settings or Settings.from_env()
+    metrics.time_turn_phases(settings.turn_phases)
     view = SurfaceView()
     load_view = LoadView()
     calls = CallRegistry()

@@ -1,6 +1,7 @@
 """interaction-surface settings, from the environment.
 
-- `INTERACTION_SURFACE_HOST` / `INTERACTION_SURFACE_PORT` (127.0.0.1:8080)
+- `INTERACTION_SURFACE_HOST` / `INTERACTION_SURFACE_PORT` (127.0.0.1:8080) and
+  `HOLDLINE_LOG_LEVEL` (INFO): how `libs.serve` runs it (`ServeSettings`)
 - `HOLDLINE_TENANT_API_KEYS` `tenant:key,...` — when set, creating a session needs the
   tenant's key in `X-Api-Key`
 - `HOLDLINE_DEFAULT_TENANT` (`default`), `HOLDLINE_DEFAULT_AGENT` (`concierge`)
@@ -19,6 +20,8 @@
   and per tenant; beyond them 429 problem+json with `Retry-After`; `0` disables one
 - `HOLDLINE_MODEL_MODULES` `module,...` (empty): imported before the model is chosen, so
   they can register models of their own (`libs.models.register`)
+- `HOLDLINE_TURN_PHASES` (off; any value but `0` turns it on): time each phase of a turn
+  into `holdline_turn_phase_seconds`
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from libs.config import BusSettings, HttpSettings, env_bool, env_float, env_int, env_str
+from libs.config import BusSettings, ServeSettings, env_bool, env_float, env_int, env_str
 
 
 def parse_api_keys(text: str) -> dict[str, str]:
@@ -66,7 +69,7 @@ class Settings:
     """Everything the surface reads from its environment."""
 
     bus: BusSettings
-    http: HttpSettings
+    serve: ServeSettings
     tenant_api_keys: dict[str, str] = field(default_factory=dict)
     default_tenant: str = "default"
     default_agent: str = "concierge"
@@ -83,6 +86,7 @@ class Settings:
     rate_session: tuple[float, float] = (30.0, 5.0)
     rate_tenant: tuple[float, float] = (1000.0, 100.0)
     model_modules: tuple[str, ...] = ()
+    turn_phases: bool = False
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -90,9 +94,10 @@ class Settings:
         context = env_str("HOLDLINE_HANDOFF_CONTEXT", "carried")
         if context not in ("fresh", "carried"):
             raise ValueError(f"HOLDLINE_HANDOFF_CONTEXT must be fresh or carried, got {context!r}")
+        bus = BusSettings.from_env()
         return cls(
-            bus=BusSettings.from_env(),
-            http=HttpSettings.from_env("INTERACTION_SURFACE", 8080),
+            bus=bus,
+            serve=ServeSettings.from_env("INTERACTION_SURFACE", 8080, bus),
             tenant_api_keys=parse_api_keys(env_str("HOLDLINE_TENANT_API_KEYS", "")),
             default_tenant=env_str("HOLDLINE_DEFAULT_TENANT", "default"),
             default_agent=env_str("HOLDLINE_DEFAULT_AGENT", "concierge"),
@@ -111,4 +116,5 @@ class Settings:
             model_modules=tuple(
                 n.strip() for n in env_str("HOLDLINE_MODEL_MODULES", "").split(",") if n.strip()
             ),
+            turn_phases=env_str("HOLDLINE_TURN_PHASES", "") not in ("", "0"),
         )

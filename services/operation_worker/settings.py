@@ -1,6 +1,7 @@
 """operation-worker settings, from the environment.
 
 - `OPERATION_WORKER_HOST` / `OPERATION_WORKER_PORT` (127.0.0.1:8091): HTTP (probes, callbacks)
+  and `HOLDLINE_LOG_LEVEL` (INFO): how `libs.serve` runs it (`ServeSettings`)
 - `HOLDLINE_WORKER_ID`: this worker's name in events (default: host-pid)
 - `HOLDLINE_CALLBACK_SECRET`: HMAC key of sandbox callbacks (read by its executor)
 - `HOLDLINE_LEASE_TTL_S` (2): how long a silent (dead) worker keeps an operation
@@ -22,7 +23,11 @@ import os
 import socket
 from dataclasses import dataclass
 
-from libs.config import BusSettings, HttpSettings, env_float, env_int, env_str
+from libs.config import BusSettings, ServeSettings, env_float, env_int, env_str
+
+SERVICE = "operation-worker"
+ENV_PREFIX = "OPERATION_WORKER"
+DEFAULT_PORT = 8091
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +35,7 @@ class Settings:
     """Everything the worker reads from its environment."""
 
     bus: BusSettings
-    http: HttpSettings
+    serve: ServeSettings
     worker_id: str
     lease_ttl_s: float
     lease_renew_s: float
@@ -49,7 +54,7 @@ class Settings:
         bus = BusSettings.from_env()
         return cls(
             bus=bus,
-            http=HttpSettings.from_env("OPERATION_WORKER", 8091),
+            serve=ServeSettings.from_env(ENV_PREFIX, DEFAULT_PORT, bus),
             worker_id=env_str("HOLDLINE_WORKER_ID", f"{socket.gethostname()}-{os.getpid()}"),
             lease_ttl_s=env_float("HOLDLINE_LEASE_TTL_S", 2.0),
             lease_renew_s=env_float("HOLDLINE_LEASE_RENEW_S", 0.5),
