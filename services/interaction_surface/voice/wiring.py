@@ -218,7 +218,7 @@ async def start_voice(
     vad = settings.vad
     if vad.detector == "silero":
         # At start-up: a missing model fails the start, not the first call.
-        load_silero()
+        load_silero(settings.vad.model_path)
     tts = tts_named(settings.tts)
     telephony.ports = SpeechPorts(
         tts=tts,
