@@ -233,3 +233,45 @@ class ServeSettings:
             log_level=env_str("HOLDLINE_LOG_LEVEL", "INFO"),
             graceful_shutdown_s=bus.graceful_shutdown_s,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """Which conversation model a process uses (`libs.models.get_model`) and how the built-in
+    adapters reach theirs. Empty strings mean "the adapter's own default"."""
+
+    # HOLDLINE_MODEL; unset: `openai` when OPENAI_API_KEY is set, else `mock` (surface).
+    name: str = "mock"
+    # HOLDLINE_MODEL_MAX_RETRIES: retries of one model call, both HTTP adapters.
+    max_retries: int = 2
+    # The OpenAI Responses adapter (`openai`): OPENAI_*.
+    openai_api_key: str = ""
+    openai_model: str = ""
+    openai_base_url: str = ""
+    openai_timeout_s: float = 20.0
+    # Any OpenAI-compatible Chat Completions server (`chat-completions`): HOLDLINE_MODEL_*.
+    base_url: str = ""
+    model_name: str = ""
+    api_key: str = ""
+    timeout_s: float = 8.0
+
+    @classmethod
+    def from_env(cls, *, default_name: str | None = None) -> ModelSettings:
+        """Read the model settings; `default_name` replaces the OPENAI_API_KEY rule for
+        a process whose model defaults otherwise (the coordinator's is `mock`)."""
+        defaults = cls()  # with slots, class attributes are descriptors, not values
+        key = env_str("OPENAI_API_KEY", "")
+        if default_name is None:
+            default_name = "openai" if key else "mock"
+        return cls(
+            name=env_str("HOLDLINE_MODEL", default_name),
+            max_retries=env_int("HOLDLINE_MODEL_MAX_RETRIES", defaults.max_retries),
+            openai_api_key=key,
+            openai_model=env_str("OPENAI_MODEL", ""),
+            openai_base_url=env_str("OPENAI_BASE_URL", ""),
+            openai_timeout_s=env_float("OPENAI_TIMEOUT_S", defaults.openai_timeout_s),
+            base_url=env_str("HOLDLINE_MODEL_BASE_URL", ""),
+            model_name=env_str("HOLDLINE_MODEL_NAME", ""),
+            api_key=env_str("HOLDLINE_MODEL_API_KEY", ""),
+            timeout_s=env_float("HOLDLINE_MODEL_TIMEOUT_S", defaults.timeout_s),
+        )

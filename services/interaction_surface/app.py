@@ -20,8 +20,9 @@ from libs import metrics
 from libs.admission import Admission, LoadView
 from libs.bus import Context
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
+from libs.config import ModelSettings
 from libs.events import DELIVERIES
-from libs.models import model_from_env
+from libs.models import model_for
 from libs.models.interface import ConversationModel
 from libs.openapi import publish
 from libs.problems import install_problem_handlers
@@ -42,15 +43,17 @@ from .voice.wiring import install_voice, start_voice
 STATIC = Path(__file__).parent / "static"
 
 
-def conversation_model(modules: tuple[str, ...] = ()) -> ConversationModel:
-    """The model named by `HOLDLINE_MODEL`, after importing `modules`
+def conversation_model(
+    modules: tuple[str, ...] = (), settings: ModelSettings | None = None
+) -> ConversationModel:
+    """The model the settings name (`HOLDLINE_MODEL`), after importing `modules`
     (`HOLDLINE_MODEL_MODULES`).
 
     Those modules register extra models (a user's own adapter) with `libs.models.register`.
     """
     for name in modules:
         importlib.import_module(name)
-    return model_from_env()
+    return model_for(settings or ModelSettings())
 
 
 def start_parts(
@@ -127,7 +130,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     runtime.consumer_factories = (
         runtime.consumes(Context.DELIVERIES, DELIVERIES, executor.on_delivery),
     )
-    model = conversation_model(settings.model_modules)
+    model = conversation_model(settings.model_modules, settings.model)
     # Before anything starts: a bad tool declaration stops the service (DeclarationError).
     registry = default_registry()
     view.label = registry.label

@@ -20,6 +20,7 @@
   and per tenant; beyond them 429 problem+json with `Retry-After`; `0` disables one
 - `HOLDLINE_MODEL_MODULES` `module,...` (empty): imported before the model is chosen, so
   they can register models of their own (`libs.models.register`)
+- `HOLDLINE_MODEL` and its adapters' `OPENAI_*`, `HOLDLINE_MODEL_*`: `ModelSettings.from_env`
 - `HOLDLINE_TURN_PHASES` (off; any value but `0` turns it on): time each phase of a turn
   into `holdline_turn_phase_seconds`
 """
@@ -29,7 +30,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from libs.config import BusSettings, ServeSettings, env_bool, env_float, env_int, env_str
+from libs.config import (
+    BusSettings,
+    ModelSettings,
+    ServeSettings,
+    env_bool,
+    env_float,
+    env_int,
+    env_str,
+)
 
 
 def parse_api_keys(text: str) -> dict[str, str]:
@@ -87,6 +96,7 @@ class Settings:
     rate_tenant: tuple[float, float] = (1000.0, 100.0)
     model_modules: tuple[str, ...] = ()
     turn_phases: bool = False
+    model: ModelSettings = field(default_factory=ModelSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -117,4 +127,5 @@ class Settings:
                 n.strip() for n in env_str("HOLDLINE_MODEL_MODULES", "").split(",") if n.strip()
             ),
             turn_phases=env_str("HOLDLINE_TURN_PHASES", "") not in ("", "0"),
+            model=ModelSettings.from_env(),
         )
