@@ -275,3 +275,36 @@ class ModelSettings:
             api_key=env_str("HOLDLINE_MODEL_API_KEY", ""),
             timeout_s=env_float("HOLDLINE_MODEL_TIMEOUT_S", defaults.timeout_s),
         )
+
+
+# A well-known development key, not a secret: production sets HOLDLINE_CALLBACK_SECRET.
+_DEV_CALLBACK_SECRET = "holdline-dev-callback-secret"  # noqa: S105
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSettings:
+    """Where a process's tools come from and how the demo executors reach the sandbox
+    (`libs.tools.default_registry`, `sandbox_client`)."""
+
+    # HOLDLINE_TOOL_MODULES: importable modules that declare (and may execute) tools.
+    modules: tuple[str, ...] = ()
+    # HOLDLINE_TOOLS_FILE: HTTP tools declared in TOML; empty: none.
+    tools_file: str = ""
+    # SANDBOX_PROVIDER_URL: the system of record of the demo tools.
+    provider_url: str = "http://127.0.0.1:8090"
+    # HOLDLINE_CALLBACK_SECRET: the HMAC key the sandbox signs its callbacks with.
+    callback_secret: bytes = _DEV_CALLBACK_SECRET.encode()
+    # HOLDLINE_SANDBOX_CALLBACK_TWICE: ask the sandbox to send every callback twice (tests).
+    callback_twice: bool = False
+
+    @classmethod
+    def from_env(cls) -> ToolSettings:
+        """Read the tool settings."""
+        modules = env_str("HOLDLINE_TOOL_MODULES", "").split(",")
+        return cls(
+            modules=tuple(m.strip() for m in modules if m.strip()),
+            tools_file=env_str("HOLDLINE_TOOLS_FILE", ""),
+            provider_url=env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8090"),
+            callback_secret=env_str("HOLDLINE_CALLBACK_SECRET", _DEV_CALLBACK_SECRET).encode(),
+            callback_twice=env_bool("HOLDLINE_SANDBOX_CALLBACK_TWICE", default=False),
+        )

@@ -38,7 +38,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     # Raises DeclarationError (the service does not start) on a bad tool declaration.
     coordinator = Coordinator(
-        runtime, settings, model_for(settings.model), registry=default_registry()
+        runtime,
+        settings,
+        model_for(settings.model),
+        registry=default_registry(settings=settings.tools),
     )
     # One durable consumer per partition; each sees every message and works only on its own.
     part = settings.partition

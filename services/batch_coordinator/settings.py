@@ -7,6 +7,7 @@ the adapters' `OPENAI_*` and `HOLDLINE_MODEL_*` settings (`ModelSettings`).
 name in `HOSTNAME`; 0 when N is 1): this process handles only the sessions of partition k of N.
 `BATCH_COORDINATOR_HOST` / `BATCH_COORDINATOR_PORT` (127.0.0.1:8092), `HOLDLINE_LOG_LEVEL`
 (INFO): where and how `libs.serve` runs it (`ServeSettings`).
+`HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`).
 Broker settings come from `BusSettings.from_env()`.
 """
 
@@ -15,7 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from libs.bus.topology import Partition
-from libs.config import BusSettings, HttpSettings, ModelSettings, ServeSettings, env_str
+from libs.config import (
+    BusSettings,
+    HttpSettings,
+    ModelSettings,
+    ServeSettings,
+    ToolSettings,
+    env_str,
+)
 
 SERVICE = "batch-coordinator"
 ENV_PREFIX = "BATCH_COORDINATOR"
@@ -30,6 +38,7 @@ class Settings:
     language: str = "en"
     model: ModelSettings = field(default_factory=ModelSettings)
     partition: Partition = field(default_factory=Partition)
+    tools: ToolSettings = field(default_factory=ToolSettings)
     serve: ServeSettings = field(
         default_factory=lambda: ServeSettings(HttpSettings("127.0.0.1", DEFAULT_PORT))
     )
@@ -43,5 +52,6 @@ class Settings:
             language=env_str("HOLDLINE_LANGUAGE", cls.language),
             model=ModelSettings.from_env(default_name="mock"),
             partition=Partition.from_env(),
+            tools=ToolSettings.from_env(),
             serve=ServeSettings.from_env(ENV_PREFIX, DEFAULT_PORT, bus),
         )

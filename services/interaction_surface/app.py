@@ -132,7 +132,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     model = conversation_model(settings.model_modules, settings.model)
     # Before anything starts: a bad tool declaration stops the service (DeclarationError).
-    registry = default_registry()
+    registry = default_registry(settings=settings.tools)
     view.label = registry.label
 
     async def on_start() -> None:

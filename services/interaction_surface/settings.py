@@ -12,6 +12,7 @@
 - `HOLDLINE_TURN_WAIT_S` (10): how long a turn waits for the session's previous turn
 - `HOLDLINE_DEMO` (1): serve the demo's fault-injection proxy (`/v1/demo/faults`)
 - `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): where that proxy sends faults
+- `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`)
 - `HOLDLINE_LANGUAGE` (`en`): the default language of turns
 - `HOLDLINE_TOKEN_TTL_S` (86400): a session token is refused (401) this long after the
   session was opened (`session.opened`'s `occurred_at` is the issue time); 0 = never
@@ -34,6 +35,7 @@ from libs.config import (
     BusSettings,
     ModelSettings,
     ServeSettings,
+    ToolSettings,
     env_bool,
     env_float,
     env_int,
@@ -97,6 +99,7 @@ class Settings:
     model_modules: tuple[str, ...] = ()
     turn_phases: bool = False
     model: ModelSettings = field(default_factory=ModelSettings)
+    tools: ToolSettings = field(default_factory=ToolSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -105,6 +108,7 @@ class Settings:
         if context not in ("fresh", "carried"):
             raise ValueError(f"HOLDLINE_HANDOFF_CONTEXT must be fresh or carried, got {context!r}")
         bus = BusSettings.from_env()
+        tools = ToolSettings.from_env()
         return cls(
             bus=bus,
             serve=ServeSettings.from_env("INTERACTION_SURFACE", 8080, bus),
@@ -118,7 +122,7 @@ class Settings:
             turn_timeout_s=env_float("HOLDLINE_TURN_TIMEOUT_S", 30.0),
             turn_wait_s=env_float("HOLDLINE_TURN_WAIT_S", 10.0),
             demo=env_bool("HOLDLINE_DEMO", default=True),
-            provider_url=env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8090"),
+            provider_url=tools.provider_url,
             language=env_str("HOLDLINE_LANGUAGE", "en"),
             token_ttl_s=env_float("HOLDLINE_TOKEN_TTL_S", 86400.0),
             rate_session=_rate("HOLDLINE_RATE_SESSION", "30/5"),
@@ -128,4 +132,5 @@ class Settings:
             ),
             turn_phases=env_str("HOLDLINE_TURN_PHASES", "") not in ("", "0"),
             model=ModelSettings.from_env(),
+            tools=tools,
         )
