@@ -76,13 +76,13 @@ async def desk_stack(
         tools = ToolSettings(
             modules=("tests.support.tools_plugin", "examples.payouts"), tools_file=str(TOOLS_FILE)
         )
-        desk = {"DESK_API_URL": desk_url, "DESK_WEBHOOK_SECRET": SECRET}
+        read_by_tools = {"DESK_API_URL": desk_url, "DESK_WEBHOOK_SECRET": SECRET}
         tool_env = {
             "HOLDLINE_TOOLS_FILE": tools.tools_file,
             "HOLDLINE_TOOL_MODULES": ",".join(tools.modules),
-            **desk,
+            **read_by_tools,
         }
-        for name, value in desk.items():
+        for name, value in read_by_tools.items():
             # The in-test admission loads the same tools: the file and the payouts module
             # name these variables themselves, and read them as they load.
             monkeypatch.setenv(name, value)
