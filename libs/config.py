@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -17,14 +17,17 @@ N = TypeVar("N", int, float)
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
-def env_str(name: str, default: str) -> str:
-    """A string setting; empty counts as unset."""
-    value = os.environ.get(name, "")
+def env_str(name: str, default: str, environ: Mapping[str, str] | None = None) -> str:
+    """A string setting; empty counts as unset. `environ`: a snapshot to read instead of the
+    process environment (the supervisor plans its children from one)."""
+    value = (os.environ if environ is None else environ).get(name, "")
     return value if value else default
 
 
-def _env_number(name: str, default: N, parse: Callable[[str], N], what: str) -> N:
-    raw = os.environ.get(name, "")
+def _env_number(
+    name: str, default: N, parse: Callable[[str], N], what: str, environ: Mapping[str, str] | None
+) -> N:
+    raw = (os.environ if environ is None else environ).get(name, "")
     if not raw:
         return default
     try:
@@ -33,14 +36,14 @@ def _env_number(name: str, default: N, parse: Callable[[str], N], what: str) -> 
         raise ValueError(f"{name} must be {what}, got {raw!r}") from exc
 
 
-def env_float(name: str, default: float) -> float:
+def env_float(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
     """A float setting with a readable error for a bad value."""
-    return _env_number(name, default, float, "a number")
+    return _env_number(name, default, float, "a number", environ)
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, environ: Mapping[str, str] | None = None) -> int:
     """An integer setting with a readable error for a bad value."""
-    return _env_number(name, default, int, "an integer")
+    return _env_number(name, default, int, "an integer", environ)
 
 
 def env_bool(name: str, *, default: bool) -> bool:
