@@ -1,6 +1,7 @@
 """`python -m services.interaction_surface`."""
 
 import sys
+from typing import NoReturn
 
 from fastapi import FastAPI
 
@@ -10,18 +11,26 @@ from .app import create_app
 from .settings import Settings
 from .voice.trust import TelephonyMisconfigured
 
-_settings = Settings.from_env()
+
+def _refuse(exc: Exception) -> NoReturn:
+    # Refuse to start, with the reason on one line (a crash loop in Kubernetes says why);
+    # the supervisor does not restart a configuration it would refuse again.
+    sys.stderr.write(f"interaction-surface: refusing to start: {exc}\n")
+    sys.stderr.flush()
+    raise SystemExit(EXIT_CONFIG) from None
+
+
+try:
+    _settings = Settings.from_env()
+except TelephonyMisconfigured as exc:
+    _refuse(exc)
 
 
 def _app() -> FastAPI:
     try:
         return create_app(_settings)
     except TelephonyMisconfigured as exc:
-        # Refuse to start, with the reason on one line (a crash loop in Kubernetes says why);
-        # the supervisor does not restart a configuration it would refuse again.
-        sys.stderr.write(f"interaction-surface: refusing to start: {exc}\n")
-        sys.stderr.flush()
-        raise SystemExit(EXIT_CONFIG) from None
+        _refuse(exc)
 
 
 # The surface applies its own trusted-proxy list (HOLDLINE_TRUSTED_PROXIES) and needs the

@@ -24,6 +24,8 @@
 - `HOLDLINE_MODEL` and its adapters' `OPENAI_*`, `HOLDLINE_MODEL_*`: `ModelSettings.from_env`
 - `HOLDLINE_TURN_PHASES` (off; any value but `0` turns it on): time each phase of a turn
   into `holdline_turn_phase_seconds`
+- the voice channel's: `VoiceSettings.from_env` (voice/settings.py); a phone edge that
+  cannot work raises `TelephonyMisconfigured` here, before anything starts
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ from libs.config import (
     env_int,
     env_str,
 )
+
+from .voice.settings import VoiceSettings
 
 
 def parse_api_keys(text: str) -> dict[str, str]:
@@ -100,6 +104,7 @@ class Settings:
     turn_phases: bool = False
     model: ModelSettings = field(default_factory=ModelSettings)
     tools: ToolSettings = field(default_factory=ToolSettings)
+    voice: VoiceSettings = field(default_factory=VoiceSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -133,4 +138,5 @@ class Settings:
             turn_phases=env_str("HOLDLINE_TURN_PHASES", "") not in ("", "0"),
             model=ModelSettings.from_env(),
             tools=tools,
+            voice=VoiceSettings.from_env(),
         )

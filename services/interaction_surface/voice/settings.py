@@ -80,7 +80,8 @@ def floor_from_env() -> FloorConfig:
 
 @dataclass(frozen=True)
 class VoiceSettings:
-    """The voice channel's settings; `from_env` is called once per surface process."""
+    """The voice channel's settings; `from_env` is called once per surface process, by the
+    surface's `Settings.from_env`."""
 
     trust: TrustSettings = field(default_factory=TrustSettings)
     vad: VadConfig = field(default_factory=VadConfig)

@@ -27,7 +27,6 @@ from .engines.pocketsphinx import PocketsphinxStt
 from .engines.registry import register_stt, register_tts, stt_named, tts_named
 from .ownership import CallOwnership
 from .playback import Settled
-from .settings import VoiceSettings
 from .trust import CLAIM_MARGIN_S
 from .twilio import (
     Telephony,
@@ -42,7 +41,7 @@ log = logging.getLogger(__name__)
 
 def install_voice(app: FastAPI, surface: Surface, registry: CallRegistry) -> Telephony:
     """Include the telephony routes; `start_voice` fills in the engines at start-up."""
-    settings = VoiceSettings.from_env()
+    settings = surface.settings.voice
 
     async def find_session(session_id: str, token: str | None) -> SessionState:
         return await surface.session_for_token(session_id, token)
