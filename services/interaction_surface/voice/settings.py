@@ -1,13 +1,12 @@
 """`VoiceSettings`: every environment variable of the voice channel, read once at start-up.
 
-The parts keep their own typed configs (`TrustSettings`, `VadConfig`, `FloorConfig`), read
-here and handed to them; `DeepgramConfig.from_env` is still read by that engine when it is
-chosen (the engine registry builds engines without arguments). Names and defaults are
-unchanged:
+The parts keep their own typed configs (`TrustSettings`, `VadConfig`, `FloorConfig`,
+`DeepgramConfig` when that engine is chosen), read here and handed to them. Names and
+defaults are unchanged:
 
 - engines: `HOLDLINE_TTS` (espeak), `HOLDLINE_STT` (pocketsphinx; `none`),
   `HOLDLINE_TTS_VOICE` (en-us), `HOLDLINE_TTS_WPM` (175), `HOLDLINE_SPEECH_MODULES` ('');
-  the Deepgram ones are listed by `DeepgramConfig.from_env`;
+  the Deepgram ones are listed by `deepgram_from_env`;
 - the call: `HOLDLINE_DTMF_PAUSE_MS` (2000), `HOLDLINE_PLAYOUT_LEAD_MS` (160),
   `HOLDLINE_CALL_OWNER_TTL_S` (10);
 - `vad_from_env` (`HOLDLINE_VAD_*`, `HOLDLINE_FALSE_INTERRUPTION_MS`),
@@ -22,6 +21,8 @@ from dataclasses import dataclass, field
 
 from libs.config import env_bool, env_float, env_int, env_str
 
+from .engines.base import SpeechError
+from .engines.deepgram import DeepgramConfig
 from .floor import DEFAULT_BACKCHANNELS, FloorConfig, normalise
 from .trust import TelephonyMisconfigured, TrustSettings, parse_networks, parse_shared_keys
 from .vad import VadConfig
@@ -67,6 +68,28 @@ def vad_from_env() -> VadConfig:
     )
 
 
+def deepgram_from_env() -> DeepgramConfig:
+    """`DEEPGRAM_API_KEY` (required: no key is a configuration error, not a silent
+    fallback), `HOLDLINE_DEEPGRAM_URL`, `HOLDLINE_DEEPGRAM_STT_MODEL` (nova-3),
+    `HOLDLINE_DEEPGRAM_TTS_MODEL` (aura-2-thalia-en), `HOLDLINE_LANGUAGE` (en),
+    `HOLDLINE_DEEPGRAM_ENDPOINTING_MS` (300), `HOLDLINE_DEEPGRAM_TIMEOUT_S` (5),
+    `HOLDLINE_DEEPGRAM_RETRIES` (2), `HOLDLINE_DEEPGRAM_FINALIZE_S` (2)."""
+    key = env_str("DEEPGRAM_API_KEY", "")
+    if not key:
+        raise SpeechError("DEEPGRAM_API_KEY is not set")
+    return DeepgramConfig(
+        api_key=key,
+        base_url=env_str("HOLDLINE_DEEPGRAM_URL", "https://api.deepgram.com").rstrip("/"),
+        stt_model=env_str("HOLDLINE_DEEPGRAM_STT_MODEL", "nova-3"),
+        tts_model=env_str("HOLDLINE_DEEPGRAM_TTS_MODEL", "aura-2-thalia-en"),
+        language=env_str("HOLDLINE_LANGUAGE", "en"),
+        endpointing_ms=env_int("HOLDLINE_DEEPGRAM_ENDPOINTING_MS", 300),
+        timeout_s=env_float("HOLDLINE_DEEPGRAM_TIMEOUT_S", 5.0),
+        retries=env_int("HOLDLINE_DEEPGRAM_RETRIES", 2),
+        finalize_s=env_float("HOLDLINE_DEEPGRAM_FINALIZE_S", 2.0),
+    )
+
+
 def floor_from_env() -> FloorConfig:
     """Backchannels and the confirmation of doubtful hearings (listed on `FloorConfig`)."""
     raw = env_str("HOLDLINE_BACKCHANNELS", ",".join(DEFAULT_BACKCHANNELS))
@@ -94,21 +117,35 @@ class VoiceSettings:
     dtmf_pause_ms: int = 2000
     playout_lead_ms: int = 160
     call_owner_ttl_s: float = 10.0
+    # Read only when `tts` or `stt` is `deepgram` and a key is set: without one, building
+    # the engine at start-up fails, as it always did.
+    deepgram: DeepgramConfig | None = None
+
+    def deepgram_config(self) -> DeepgramConfig:
+        """The Deepgram engine's configuration (SpeechError without `DEEPGRAM_API_KEY`)."""
+        if self.deepgram is None:
+            raise SpeechError("DEEPGRAM_API_KEY is not set")
+        return self.deepgram
 
     @classmethod
     def from_env(cls) -> VoiceSettings:
         """Read the environment (TelephonyMisconfigured when the phone edge is unusable)."""
         modules = env_str("HOLDLINE_SPEECH_MODULES", "").split(",")
+        tts = env_str("HOLDLINE_TTS", "espeak")
+        stt = env_str("HOLDLINE_STT", "pocketsphinx")
+        chosen = "deepgram" in (tts, stt) and env_str("DEEPGRAM_API_KEY", "")
+        deepgram = deepgram_from_env() if chosen else None
         return cls(
             trust=trust_from_env(),
             vad=vad_from_env(),
             floor=floor_from_env(),
-            tts=env_str("HOLDLINE_TTS", "espeak"),
-            stt=env_str("HOLDLINE_STT", "pocketsphinx"),
+            tts=tts,
+            stt=stt,
             tts_voice=env_str("HOLDLINE_TTS_VOICE", "en-us"),
             tts_wpm=env_int("HOLDLINE_TTS_WPM", 175),
             speech_modules=tuple(m.strip() for m in modules if m.strip()),
             dtmf_pause_ms=env_int("HOLDLINE_DTMF_PAUSE_MS", 2000),
             playout_lead_ms=env_int("HOLDLINE_PLAYOUT_LEAD_MS", 160),
             call_owner_ttl_s=env_float("HOLDLINE_CALL_OWNER_TTL_S", 10.0),
+            deepgram=deepgram,
         )

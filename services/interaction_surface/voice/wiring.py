@@ -22,6 +22,7 @@ from ..chat.deliveries import DeliveryExecutor
 from ..chat.turns import TurnInput
 from .call import Call, CallRegistry, Review, SpeechPorts
 from .engines.base import SpeechError, SpeechToText, TextToSpeech, synthesize
+from .engines.deepgram import DeepgramStt, DeepgramTts
 from .engines.espeak import EspeakTts
 from .engines.pocketsphinx import PocketsphinxStt
 from .engines.registry import register_stt, register_tts, stt_named, tts_named
@@ -162,6 +163,8 @@ async def start_voice(
     settings = telephony.voice
     # Built in first, so a user's module may still replace it.
     register_tts("espeak", lambda: EspeakTts(voice=settings.tts_voice, wpm=settings.tts_wpm))
+    register_tts("deepgram", lambda: DeepgramTts(settings.deepgram_config()))
+    register_stt("deepgram", lambda: DeepgramStt(settings.deepgram_config()))
     for name in settings.speech_modules:
         importlib.import_module(name)
     rt = surface.runtime
