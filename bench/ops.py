@@ -98,7 +98,8 @@ async def run_round(
     view = LoadView()
     await view.follow(js, topology)
     admission = Admission(
-        js, topology, default_registry(), view, await js.key_value(topology.bucket("intents"))
+        js, topology, default_registry(), view, await js.key_value(topology.bucket("intents")),
+        timings=settings.timings,
     )
     clock = Clock()
     sub = await js.subscribe(

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 N = TypeVar("N", int, float)
@@ -17,14 +17,17 @@ N = TypeVar("N", int, float)
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
-def env_str(name: str, default: str) -> str:
-    """A string setting; empty counts as unset."""
-    value = os.environ.get(name, "")
+def env_str(name: str, default: str, environ: Mapping[str, str] | None = None) -> str:
+    """A string setting; empty counts as unset. `environ`: a snapshot to read instead of the
+    process environment (the supervisor plans its children from one)."""
+    value = (os.environ if environ is None else environ).get(name, "")
     return value if value else default
 
 
-def _env_number(name: str, default: N, parse: Callable[[str], N], what: str) -> N:
-    raw = os.environ.get(name, "")
+def _env_number(
+    name: str, default: N, parse: Callable[[str], N], what: str, environ: Mapping[str, str] | None
+) -> N:
+    raw = (os.environ if environ is None else environ).get(name, "")
     if not raw:
         return default
     try:
@@ -33,14 +36,14 @@ def _env_number(name: str, default: N, parse: Callable[[str], N], what: str) -> 
         raise ValueError(f"{name} must be {what}, got {raw!r}") from exc
 
 
-def env_float(name: str, default: float) -> float:
+def env_float(name: str, default: float, environ: Mapping[str, str] | None = None) -> float:
     """A float setting with a readable error for a bad value."""
-    return _env_number(name, default, float, "a number")
+    return _env_number(name, default, float, "a number", environ)
 
 
-def env_int(name: str, default: int) -> int:
+def env_int(name: str, default: int, environ: Mapping[str, str] | None = None) -> int:
     """An integer setting with a readable error for a bad value."""
-    return _env_number(name, default, int, "an integer")
+    return _env_number(name, default, int, "an integer", environ)
 
 
 def env_bool(name: str, *, default: bool) -> bool:
@@ -71,6 +74,34 @@ def nats_servers(value: str) -> list[str]:
             raise ValueError(f"NATS_URL seed {seed!r}: scheme must be one of {_SCHEMES}")
         servers.append(url)
     return servers
+
+
+@dataclass(frozen=True, slots=True)
+class BusTimings:
+    """The bus library's waits and read mode, handed down from `BusSettings.timings` by the
+    runtime (consumers, the event store, the live views) and by the callers of the free
+    functions (`append`, `claim_once`, `load`, `read_subject`). The defaults are the
+    library's own: a process that never read its environment behaves like one that read
+    an empty one."""
+
+    # How long one append (or claim) keeps trying while its stream has no leader.
+    append_retry_s: float = 8.0
+    # How long a consumer's handler waits out an unavailable broker before failing.
+    broker_patience_s: float = 30.0
+    # Silence after which a durable consumer checks that the broker still has it.
+    consumer_check_s: float = 3.0
+    # Idle heartbeat of the ordered consumers that live views follow streams with. An
+    # ordered consumer is a single in-memory replica; when its node dies the client only
+    # notices the missing heartbeats (two) and recreates it from the next sequence. nats-py's
+    # default (5 s) leaves a view 10 s behind after a node or broker kill, and admission and
+    # the surface wait on those views; 0.5 s costs two tiny messages per second and stream.
+    follow_heartbeat_s: float = 0.5
+    # Reads of one subject ask the stream leader's last sequence first (replicated streams).
+    consistent_reads: bool = False
+
+
+# The library defaults, for parameters of callers that were handed no timings.
+DEFAULT_TIMINGS = BusTimings()
 
 
 @dataclass(frozen=True)
@@ -104,6 +135,10 @@ class BusSettings:
     max_outstanding_pings: int = 2
     # On SIGTERM: how long in-flight messages may finish before they are handed back (NAK).
     graceful_shutdown_s: float = 10.0
+    append_retry_s: float = 8.0
+    broker_patience_s: float = 30.0
+    consumer_check_s: float = 3.0
+    follow_heartbeat_s: float = 0.5
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix):
@@ -118,6 +153,18 @@ class BusSettings:
     def servers(self) -> list[str]:
         """The broker seeds of `nats_url`, in the order given."""
         return nats_servers(self.nats_url)
+
+    @property
+    def timings(self) -> BusTimings:
+        """What the bus library is handed: these waits, and leader-checked reads when the
+        streams are replicated."""
+        return BusTimings(
+            append_retry_s=self.append_retry_s,
+            broker_patience_s=self.broker_patience_s,
+            consumer_check_s=self.consumer_check_s,
+            follow_heartbeat_s=self.follow_heartbeat_s,
+            consistent_reads=self.replicas > 1,
+        )
 
     @classmethod
     def from_env(cls) -> BusSettings:
@@ -148,6 +195,10 @@ class BusSettings:
             graceful_shutdown_s=env_float(
                 "HOLDLINE_GRACEFUL_SHUTDOWN_S", cls.graceful_shutdown_s
             ),
+            append_retry_s=env_float("HOLDLINE_APPEND_RETRY_S", cls.append_retry_s),
+            broker_patience_s=env_float("HOLDLINE_BROKER_PATIENCE_S", cls.broker_patience_s),
+            consumer_check_s=env_float("HOLDLINE_CONSUMER_CHECK_S", cls.consumer_check_s),
+            follow_heartbeat_s=env_float("HOLDLINE_FOLLOW_HEARTBEAT_S", cls.follow_heartbeat_s),
         )
 
 
@@ -164,4 +215,99 @@ class HttpSettings:
         return cls(
             host=env_str(f"{service_env}_HOST", "127.0.0.1"),
             port=env_int(f"{service_env}_PORT", default_port),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """How `libs.serve` runs a service's app: where it listens, how it logs, how long a
+    stopping server leaves in-flight requests."""
+
+    http: HttpSettings = field(default_factory=lambda: HttpSettings("127.0.0.1", 8080))
+    log_level: str = "INFO"
+    graceful_shutdown_s: float = 10.0
+
+    @classmethod
+    def from_env(cls, service_env: str, default_port: int, bus: BusSettings) -> ServeSettings:
+        """`<SERVICE>_HOST`/`_PORT` and `HOLDLINE_LOG_LEVEL`; the shutdown budget is the one
+        the bus settings read (`HOLDLINE_GRACEFUL_SHUTDOWN_S`), so both drain alike."""
+        return cls(
+            http=HttpSettings.from_env(service_env, default_port),
+            log_level=env_str("HOLDLINE_LOG_LEVEL", "INFO"),
+            graceful_shutdown_s=bus.graceful_shutdown_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSettings:
+    """Which conversation model a process uses (`libs.models.get_model`) and how the built-in
+    adapters reach theirs. Empty strings mean "the adapter's own default"."""
+
+    # HOLDLINE_MODEL; unset: `openai` when OPENAI_API_KEY is set, else `mock` (surface).
+    name: str = "mock"
+    # HOLDLINE_MODEL_MAX_RETRIES: retries of one model call, both HTTP adapters.
+    max_retries: int = 2
+    # The OpenAI Responses adapter (`openai`): OPENAI_*.
+    openai_api_key: str = ""
+    openai_model: str = ""
+    openai_base_url: str = ""
+    openai_timeout_s: float = 20.0
+    # Any OpenAI-compatible Chat Completions server (`chat-completions`): HOLDLINE_MODEL_*.
+    base_url: str = ""
+    model_name: str = ""
+    api_key: str = ""
+    timeout_s: float = 8.0
+
+    @classmethod
+    def from_env(cls, *, default_name: str | None = None) -> ModelSettings:
+        """Read the model settings; `default_name` replaces the OPENAI_API_KEY rule for
+        a process whose model defaults otherwise (the coordinator's is `mock`)."""
+        defaults = cls()  # with slots, class attributes are descriptors, not values
+        key = env_str("OPENAI_API_KEY", "")
+        if default_name is None:
+            default_name = "openai" if key else "mock"
+        return cls(
+            name=env_str("HOLDLINE_MODEL", default_name),
+            max_retries=env_int("HOLDLINE_MODEL_MAX_RETRIES", defaults.max_retries),
+            openai_api_key=key,
+            openai_model=env_str("OPENAI_MODEL", ""),
+            openai_base_url=env_str("OPENAI_BASE_URL", ""),
+            openai_timeout_s=env_float("OPENAI_TIMEOUT_S", defaults.openai_timeout_s),
+            base_url=env_str("HOLDLINE_MODEL_BASE_URL", ""),
+            model_name=env_str("HOLDLINE_MODEL_NAME", ""),
+            api_key=env_str("HOLDLINE_MODEL_API_KEY", ""),
+            timeout_s=env_float("HOLDLINE_MODEL_TIMEOUT_S", defaults.timeout_s),
+        )
+
+
+# A well-known development key, not a secret: production sets HOLDLINE_CALLBACK_SECRET.
+_DEV_CALLBACK_SECRET = "holdline-dev-callback-secret"  # noqa: S105
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSettings:
+    """Where a process's tools come from and how the demo executors reach the sandbox
+    (`libs.tools.default_registry`, `sandbox_client`)."""
+
+    # HOLDLINE_TOOL_MODULES: importable modules that declare (and may execute) tools.
+    modules: tuple[str, ...] = ()
+    # HOLDLINE_TOOLS_FILE: HTTP tools declared in TOML; empty: none.
+    tools_file: str = ""
+    # SANDBOX_PROVIDER_URL: the system of record of the demo tools.
+    provider_url: str = "http://127.0.0.1:8090"
+    # HOLDLINE_CALLBACK_SECRET: the HMAC key the sandbox signs its callbacks with.
+    callback_secret: bytes = _DEV_CALLBACK_SECRET.encode()
+    # HOLDLINE_SANDBOX_CALLBACK_TWICE: ask the sandbox to send every callback twice (tests).
+    callback_twice: bool = False
+
+    @classmethod
+    def from_env(cls) -> ToolSettings:
+        """Read the tool settings."""
+        modules = env_str("HOLDLINE_TOOL_MODULES", "").split(",")
+        return cls(
+            modules=tuple(m.strip() for m in modules if m.strip()),
+            tools_file=env_str("HOLDLINE_TOOLS_FILE", ""),
+            provider_url=env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8090"),
+            callback_secret=env_str("HOLDLINE_CALLBACK_SECRET", _DEV_CALLBACK_SECRET).encode(),
+            callback_twice=env_bool("HOLDLINE_SANDBOX_CALLBACK_TWICE", default=False),
         )

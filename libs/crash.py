@@ -10,6 +10,9 @@ from __future__ import annotations
 import os
 import signal
 
+# The one environment read outside a settings module, on purpose: a test fault hook, armed
+# in a child's environment and read at import, so no service threads it through its
+# settings and a point fires wherever it sits (even before the settings exist).
 _ARMED = frozenset(
     p.strip() for p in os.environ.get("HOLDLINE_CRASH_POINTS", "").split(",") if p.strip()
 )

@@ -6,7 +6,6 @@ Labels are bounded (tool, channel, decision, outcome, stream); never session or 
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -141,20 +140,28 @@ TELEPHONY_CALLS = Counter(
 
 # Not in §9: where a turn's acceptance time goes, phase by phase (request checks, the turn
 # claim, each append and its wait, the model, admission's claims and appends). Off unless
-# HOLDLINE_TURN_PHASES is set: the acceptance benchmark and a dashboard under study turn it on.
+# the surface's settings turn it on (HOLDLINE_TURN_PHASES, through `time_turn_phases`): the
+# acceptance benchmark and a dashboard under study do. A process-wide switch, like the
+# registry it records into.
 TURN_PHASE = Histogram(
     "holdline_turn_phase_seconds",
     "Time one turn spends in each phase of its critical path.",
     ["phase"],
     buckets=_BUCKETS,
 )
-TURN_PHASES_ON = os.environ.get("HOLDLINE_TURN_PHASES", "") not in ("", "0")
+_turn_phases_on = False
+
+
+def time_turn_phases(on: bool) -> None:
+    """Record `turn_phase` blocks from now on (or stop): called once by the composition root."""
+    global _turn_phases_on  # noqa: PLW0603 - one switch per process, like the registry
+    _turn_phases_on = on
 
 
 @contextmanager
 def turn_phase(phase: str) -> Iterator[None]:
-    """Time the block as one phase of a turn (when HOLDLINE_TURN_PHASES is set)."""
-    if not TURN_PHASES_ON:
+    """Time the block as one phase of a turn (when `time_turn_phases(True)` was called)."""
+    if not _turn_phases_on:
         yield
         return
     started = time.perf_counter()

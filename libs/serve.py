@@ -1,9 +1,8 @@
-"""Running one service's app under uvicorn, configured from the environment."""
+"""Running one service's app under uvicorn, as its settings (`ServeSettings`) say."""
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 from collections.abc import Callable
@@ -12,7 +11,7 @@ from types import FrameType
 import uvicorn
 from fastapi import FastAPI
 
-from libs.config import HttpSettings, env_float
+from libs.config import ServeSettings
 from libs.tools import DeclarationError
 
 # sysexits' EX_CONFIG: the supervisor does not restart a child that exits with it, because
@@ -20,10 +19,10 @@ from libs.tools import DeclarationError
 EXIT_CONFIG = 78
 
 
-def configure_logging(service: str) -> None:
-    """One line per record, with the service name, at HOLDLINE_LOG_LEVEL."""
+def configure_logging(service: str, level: str = "INFO") -> None:
+    """One line per record, with the service name, at `level` (HOLDLINE_LOG_LEVEL)."""
     logging.basicConfig(
-        level=os.environ.get("HOLDLINE_LOG_LEVEL", "INFO").upper(),
+        level=level.upper(),
         format=f"%(asctime)s %(levelname)s {service} %(name)s: %(message)s",
     )
 
@@ -38,17 +37,16 @@ def serve(
     app: FastAPI | Callable[[], FastAPI],
     *,
     service: str,
-    env_prefix: str,
-    default_port: int,
+    settings: ServeSettings,
     proxy_headers: bool = True,
 ) -> None:
-    """Serve the app on `<PREFIX>_HOST:<PREFIX>_PORT` until SIGINT/SIGTERM.
+    """Serve the app on `settings.http` until SIGINT/SIGTERM.
 
     Given a factory, a configuration it refuses (`DeclarationError`) is printed as one plain
     line and the process exits with EXIT_CONFIG instead of a traceback.
     `proxy_headers=False`: uvicorn leaves the peer and scheme as they arrived.
     """
-    configure_logging(service)
+    configure_logging(service, settings.log_level)
     if not isinstance(app, FastAPI):
         try:
             app = app()
@@ -56,15 +54,15 @@ def serve(
             sys.stderr.write(f"{service}: refusing to start: {exc}\n")
             sys.stderr.flush()
             raise SystemExit(EXIT_CONFIG) from None
-    http = HttpSettings.from_env(env_prefix, default_port)
+    http = settings.http
     signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(
         app,
         host=http.host,
         port=http.port,
-        log_level=os.environ.get("HOLDLINE_LOG_LEVEL", "info").lower(),
+        log_level=settings.log_level.lower(),
         access_log=False,
         proxy_headers=proxy_headers,
         # Leave time for in-flight requests and consumer drains, within the supervisor's budget.
-        timeout_graceful_shutdown=int(env_float("HOLDLINE_GRACEFUL_SHUTDOWN_S", 10.0)),
+        timeout_graceful_shutdown=int(settings.graceful_shutdown_s),
     )

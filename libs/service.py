@@ -44,7 +44,7 @@ from libs.bus import (
     spec_for,
 )
 from libs.bus.topology import Partition
-from libs.config import BusSettings
+from libs.config import BusSettings, BusTimings
 from libs.events import EventCodec
 from libs.problems import PROBLEM_JSON
 
@@ -84,9 +84,14 @@ class Runtime:
         return self.js
 
     @property
+    def timings(self) -> BusTimings:
+        """The bus library's waits and read mode, from this process's settings."""
+        return self.settings.timings
+
+    @property
     def store(self) -> NatsEventStore:
         """The event store port over this runtime's broker and buckets; valid once started."""
-        return NatsEventStore(self.jetstream, self.buckets)
+        return NatsEventStore(self.jetstream, self.buckets, timings=self.timings)
 
     def consumer(
         self,
@@ -113,6 +118,8 @@ class Runtime:
             topology=self.topology,
             source=context,
             redelivery_backoff_s=self.settings.redelivery_backoff_s,
+            broker_patience_s=self.settings.broker_patience_s,
+            check_after_s=self.settings.consumer_check_s,
             **options,
         )
 

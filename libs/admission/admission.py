@@ -19,6 +19,7 @@ from nats.js.kv import KeyValue
 from libs import metrics
 from libs.bus import ConcurrencyConflict, Context, Loaded, Topology, append, load
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
+from libs.config import DEFAULT_TIMINGS, BusTimings
 from libs.domain import OperationState, OpStatus, operation
 from libs.events import (
     BATCHES,
@@ -68,8 +69,11 @@ class Admission:
         *,
         clock: Clock = SYSTEM_CLOCK,
         ids: Ids = RANDOM_IDS,
+        timings: BusTimings = DEFAULT_TIMINGS,
     ) -> None:
         self._js = js
+        # The process's bus timings (`BusSettings.timings`): append retries, read mode.
+        self._timings = timings
         self._topology = topology
         self._registry = registry
         self._view = view
@@ -93,6 +97,7 @@ class Admission:
             subject,
             OPERATIONS,
             operation.evolve,
+            timings=self._timings,
         )
 
     # -- writing -------------------------------------------------------------------------
@@ -103,7 +108,8 @@ class Admission:
         """Append in order, each guarded by the sequence of the one before."""
         for env in envs:
             ack = await append(
-                self._js, OPERATIONS, subject, env, expected_last_subject_seq=expected
+                self._js, OPERATIONS, subject, env, expected_last_subject_seq=expected,
+                timings=self._timings,
             )
             self._view.apply(env, ack.seq)
             expected = ack.seq
@@ -126,6 +132,7 @@ class Admission:
             self._topology.batch_subject(ctx.session_id, batch_id),
             env,
             expected_last_subject_seq=0,
+            timings=self._timings,
         )
 
     # -- a turn --------------------------------------------------------------------------
@@ -221,7 +228,10 @@ class Admission:
         now = self._clock.now()
         cancel = OperationCancel(reason=reason, requested_by=ctx.user_id)
         request = self._env(ctx, cancel, now, operation_id=operation_id)
-        await append(self._js, CONTROL, self._topology.control_subject(ctx.session_id), request)
+        await append(
+            self._js, CONTROL, self._topology.control_subject(ctx.session_id), request,
+            timings=self._timings,
+        )
         subject = self._topology.operation_subject(ctx.session_id, operation_id)
         for _ in range(10):
             loaded = await self._load(subject)
@@ -253,7 +263,8 @@ class Admission:
             )
             try:
                 ack = await append(
-                    self._js, OPERATIONS, subject, env, expected_last_subject_seq=loaded.last_seq
+                    self._js, OPERATIONS, subject, env, expected_last_subject_seq=loaded.last_seq,
+                    timings=self._timings,
                 )
             except ConcurrencyConflict:
                 continue
@@ -298,7 +309,10 @@ class Admission:
         )
         linked = OperationCompensated(compensation_operation_id=plan.operation_id)
         link = self._env(ctx, linked, now, operation_id=operation_id)
-        await append(self._js, OPERATIONS, subject, link, expected_last_subject_seq=loaded.last_seq)
+        await append(
+            self._js, OPERATIONS, subject, link, expected_last_subject_seq=loaded.last_seq,
+            timings=self._timings,
+        )
         metrics.COMPENSATIONS.labels(state.tool).inc()
         return Outcome(
             plan.operation_id, comp.name, OpStatus.ADMITTED.value, batch_id, plan.intent_key

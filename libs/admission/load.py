@@ -21,7 +21,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from libs.bus import Context, Topology, follow_heartbeat_s
+from libs.bus import Context, Topology
 from libs.domain import OperationState, OpStatus, Projection, operation
 from libs.events import OPERATIONS, Envelope, EventDecodeError, OperationEvent
 
@@ -142,8 +142,11 @@ class LoadView:
             if not self._by_digest[key]:
                 del self._by_digest[key]
 
-    async def follow(self, js: JetStreamContext, topology: Topology) -> None:
-        """Subscribe to the whole operations stream from the start, in order."""
+    async def follow(
+        self, js: JetStreamContext, topology: Topology, *, heartbeat_s: float = 0.5
+    ) -> None:
+        """Subscribe to the whole operations stream from the start, in order (`heartbeat_s`:
+        `BusTimings.follow_heartbeat_s`, how soon a consumer lost with its node is noticed)."""
         stream = topology.stream_name(Context.OPERATIONS)
         info = await js.stream_info(stream)
         target = info.state.last_seq
@@ -165,7 +168,7 @@ class LoadView:
             topology.context_filter(Context.OPERATIONS),
             stream=stream,
             ordered_consumer=True,
-            idle_heartbeat=follow_heartbeat_s(),
+            idle_heartbeat=heartbeat_s,
             deliver_policy=DeliverPolicy.ALL,
             cb=on_msg,
         )

@@ -10,7 +10,6 @@ from .memory import MemoryEventStore
 from .ports import EventStore
 from .replay import (
     Replayed,
-    follow_heartbeat_s,
     last_subject_seq,
     read_subject,
     replay,
@@ -58,7 +57,6 @@ __all__ = [
     "ensure_consumer",
     "ensure_stream",
     "ensure_streams",
-    "follow_heartbeat_s",
     "last_subject_seq",
     "load",
     "load_from",

@@ -8,6 +8,7 @@ from typing import Generic, TypeVar
 
 from nats.js import JetStreamContext
 
+from libs.config import DEFAULT_TIMINGS, BusTimings
 from libs.events import Envelope, EventCodec
 
 from .ports import EventStore
@@ -32,9 +33,12 @@ async def load(
     subject: str,
     codec: EventCodec[B],
     evolve: Callable[[S | None, Envelope[B]], S],
+    *,
+    timings: BusTimings = DEFAULT_TIMINGS,
 ) -> Loaded[S, B]:
     """Fold every event on one subject into its state (see `load_from`)."""
-    return await load_from(NatsEventStore(js, {}), stream, subject, codec, evolve)
+    store = NatsEventStore(js, {}, timings=timings)
+    return await load_from(store, stream, subject, codec, evolve)
 
 
 async def load_from(

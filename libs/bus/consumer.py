@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -33,7 +32,6 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, FetchTimeoutError, NotFoundError
 
 from libs import tracing
-from libs.config import env_float
 from libs.events import Envelope, EventCodec, EventDecodeError
 from libs.metrics import CONSUMER_LAG
 
@@ -45,15 +43,6 @@ from .topology import Context, Partition, Topology
 log = logging.getLogger(__name__)
 
 
-@functools.cache
-def _broker_patience_s() -> float:
-    return env_float("HOLDLINE_BROKER_PATIENCE_S", 30.0)
-
-
-@functools.cache
-def _lost_after_s() -> float:
-    # Silence after which a consumer checks that the broker still has it (see `_lost`).
-    return env_float("HOLDLINE_CONSUMER_CHECK_S", 3.0)
 
 B = TypeVar("B")
 
@@ -104,6 +93,8 @@ class DurableConsumer(Generic[B]):
         group_by: Callable[[str], str] | None = None,
         max_in_flight: int = 256,
         partition: Partition | None = None,
+        broker_patience_s: float = 30.0,
+        check_after_s: float = 3.0,
     ) -> None:
         self._js = js
         self.spec = spec
@@ -120,6 +111,10 @@ class DurableConsumer(Generic[B]):
         # Messages with the same group key are handled one at a time, in stream order.
         self._group_by = group_by
         self._max_in_flight = max_in_flight
+        # How long a handler waits out an unavailable broker (`_patiently`), and the silence
+        # after which the consumer checks that the broker still has it (`_lost`).
+        self._broker_patience_s = broker_patience_s
+        self._check_after_s = check_after_s
         self._partition = partition
         self._in_flight: set[asyncio.Task[None]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
@@ -163,7 +158,7 @@ class DurableConsumer(Generic[B]):
                 if room <= 0:
                     await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
                     continue
-                if loop.time() - heard >= _lost_after_s():
+                if loop.time() - heard >= self._check_after_s:
                     sub = await self._lost(sub)
                     heard = loop.time()
                 try:
@@ -329,9 +324,9 @@ class DurableConsumer(Generic[B]):
         Failing the delivery then would spend `max_deliver` on the broker's absence and
         dead-letter good work; the message stays in hand (the heartbeat keeps it) and the
         idempotent handler runs again once the broker answers, for up to
-        `HOLDLINE_BROKER_PATIENCE_S`.
+        `broker_patience_s` (HOLDLINE_BROKER_PATIENCE_S through `BusTimings`).
         """
-        deadline = asyncio.get_running_loop().time() + _broker_patience_s()
+        deadline = asyncio.get_running_loop().time() + self._broker_patience_s
         delay = 0.1
         while True:
             try:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import uuid
 from collections.abc import Callable
@@ -15,7 +14,6 @@ from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.errors import FetchTimeoutError, NotFoundError
 
-from libs.config import env_float, env_int
 from libs.events import Envelope, EventCodec, EventDecodeError
 
 from .consumer import Received
@@ -23,20 +21,6 @@ from .store import StaleReplica
 from .topology import Context, Topology
 
 B = TypeVar("B")
-
-
-@functools.cache
-def follow_heartbeat_s() -> float:
-    """Idle heartbeat of the ordered consumers that live views follow streams with.
-
-    An ordered consumer is a single in-memory replica; when the node holding it dies the
-    client only notices the missing heartbeats (two of them) and recreates it from the next
-    sequence, retrying every two heartbeats while the stream elects a leader. nats-py's
-    default (5 s) leaves a view 10 s behind after a node or broker kill, and that view is
-    what admission and the surface wait on; 0.5 s costs two tiny messages per second and
-    stream and brings a view back about a second after the broker answers again.
-    """
-    return env_float("HOLDLINE_FOLLOW_HEARTBEAT_S", 0.5)
 
 
 @dataclass(slots=True)
@@ -137,11 +121,6 @@ async def last_subject_seq(js: JetStreamContext, stream: str, subject: str) -> i
     return int(msg.seq or 0)
 
 
-@functools.cache
-def _replicated() -> bool:
-    return env_int("HOLDLINE_STREAM_REPLICAS", 1) > 1
-
-
 async def read_subject(
     js: JetStreamContext,
     stream: str,
@@ -150,7 +129,7 @@ async def read_subject(
     *,
     batch: int = 256,
     timeout_s: float = 5.0,
-    consistent: bool | None = None,
+    consistent: bool = False,
 ) -> Replayed[B]:
     """Every message of one subject (wildcards allowed), in order, by batched direct get.
 
@@ -160,13 +139,12 @@ async def read_subject(
 
     Any replica may answer a direct get, and one that is catching up (just restarted, or
     woken from a pause with requests queued) answers with what it has: an aggregate's
-    newest events missing, or none at all. With replicated streams (`consistent`, by
-    default when HOLDLINE_STREAM_REPLICAS > 1) the leader's last sequence of the subject is
-    asked first (one more round trip) and a shorter answer is completed from the leader;
-    `StaleReplica` (a "broker unavailable" error that handlers retry) only if even that fails.
+    newest events missing, or none at all. With replicated streams (`consistent`: callers
+    pass `BusTimings.consistent_reads`, true when HOLDLINE_STREAM_REPLICAS > 1) the
+    leader's last sequence of the subject is asked first (one more round trip) and a shorter
+    answer is completed from the leader; `StaleReplica` (a "broker unavailable" error that
+    handlers retry) only if even that fails.
     """
-    if consistent is None:
-        consistent = _replicated()
     if not consistent or any(c in subject for c in "*>"):
         return await _read_subject(
             js, stream, subject, codec, batch=batch, timeout_s=timeout_s

@@ -11,7 +11,6 @@ Three guards against duplicates, each for its own horizon:
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -30,7 +29,7 @@ from nats.js.errors import (
 from nats.js.kv import KeyValue
 
 from libs import tracing
-from libs.config import env_float
+from libs.config import DEFAULT_TIMINGS, BusTimings
 from libs.events import Envelope, EventCodec
 
 if TYPE_CHECKING:
@@ -69,12 +68,9 @@ def broker_unavailable(exc: BaseException) -> bool:
     )
 
 
-@functools.cache
-def _retry_window_s() -> float:
-    # How long one append keeps trying while its stream has no leader (a node died and the
-    # replicas elect another, a few seconds): longer than an election, shorter than ack_wait
-    # of the callers' own redelivery in production.
-    return env_float("HOLDLINE_APPEND_RETRY_S", 8.0)
+# How long one append keeps trying while its stream has no leader (a node died and the
+# replicas elect another, a few seconds) is `BusTimings.append_retry_s`: longer than an
+# election, shorter than the callers' own redelivery in production.
 
 
 class ConcurrencyConflict(Exception):
@@ -113,6 +109,7 @@ async def append(
     expected_last_subject_seq: int | None = None,
     msg_id: str | None = None,
     headers: dict[str, str] | None = None,
+    timings: BusTimings = DEFAULT_TIMINGS,
 ) -> Appended:
     """Publish one event and wait for the broker's acknowledgement.
 
@@ -128,7 +125,7 @@ async def append(
         if expected_last_subject_seq is not None:
             hdrs["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
         payload = codec.encode(envelope)
-        deadline = time.monotonic() + _retry_window_s()
+        deadline = time.monotonic() + timings.append_retry_s
         delay = 0.05
         # Whether an earlier try may have been stored with its ack lost (a timeout, not a
         # refusal): then a "duplicate" answer is this call's own first write.
@@ -166,13 +163,15 @@ class Claim:
     revision: int
 
 
-async def claim_once(kv: KeyValue, key: str, value: bytes) -> Claim:
+async def claim_once(
+    kv: KeyValue, key: str, value: bytes, *, timings: BusTimings = DEFAULT_TIMINGS
+) -> Claim:
     """Claim a key forever. The same value again returns the first claim; another value fails.
 
     This is how "the same intent again" is told apart from "a different request reusing an
     intent key", which is an error and never a silent duplicate.
     """
-    deadline = time.monotonic() + _retry_window_s()
+    deadline = time.monotonic() + timings.append_retry_s
     while True:
         try:
             revision = await kv.create(key, value)
@@ -209,11 +208,19 @@ class NatsEventStore:
 
     `buckets` maps a bucket's purpose ("intents", "deliveries", ...) to its handle; the
     mapping may be filled after construction (the runtime declares buckets at start-up).
+    `timings` are the process's (`BusSettings.timings`): append retries, read mode.
     """
 
-    def __init__(self, js: JetStreamContext, buckets: Mapping[str, KeyValue]) -> None:
+    def __init__(
+        self,
+        js: JetStreamContext,
+        buckets: Mapping[str, KeyValue],
+        *,
+        timings: BusTimings = DEFAULT_TIMINGS,
+    ) -> None:
         self._js = js
         self._buckets = buckets
+        self._timings = timings
 
     async def append(
         self,
@@ -229,6 +236,7 @@ class NatsEventStore:
         return await append(
             self._js, codec, subject, envelope,
             expected_last_subject_seq=expected_last_subject_seq, msg_id=msg_id, headers=headers,
+            timings=self._timings,
         )
 
     async def read_subject(
@@ -238,11 +246,13 @@ class NatsEventStore:
         # replay.py imports this module (StaleReplica), so its reader is imported late.
         from .replay import read_subject  # noqa: PLC0415
 
-        return await read_subject(self._js, stream, subject, codec)
+        return await read_subject(
+            self._js, stream, subject, codec, consistent=self._timings.consistent_reads
+        )
 
     async def claim_once(self, bucket: str, key: str, value: bytes) -> Claim:
         """Claim a key of a bucket (by purpose) forever."""
-        return await claim_once(self._buckets[bucket], key, value)
+        return await claim_once(self._buckets[bucket], key, value, timings=self._timings)
 
     async def read_claim(self, bucket: str, key: str) -> bytes | None:
         """The value a key was claimed with, if any."""

@@ -19,10 +19,8 @@ from .mock import MockModel
 from .openai_responses import OpenAIResponsesModel
 from .registry import (
     UnknownModel,
-    default_model_name,
     get_model,
-    model_from_env,
-    model_name_from_env,
+    model_for,
     register,
 )
 
@@ -43,9 +41,7 @@ __all__ = [
     "TurnReply",
     "TurnRequest",
     "UnknownModel",
-    "default_model_name",
     "get_model",
-    "model_from_env",
-    "model_name_from_env",
+    "model_for",
     "register",
 ]

@@ -32,7 +32,7 @@ from typing import Any
 
 import httpx
 
-from libs.config import env_float, env_int, env_str
+from libs.config import ModelSettings
 
 from .adapter import HttpModelAdapter
 from .functions import (
@@ -231,10 +231,9 @@ class ChatCompletionsModel(HttpModelAdapter):
         )
 
     @classmethod
-    def from_env(cls) -> ChatCompletionsModel:
-        """Configured from `HOLDLINE_MODEL_*`; the base URL and model name are required."""
-        base_url = env_str("HOLDLINE_MODEL_BASE_URL", "")
-        name = env_str("HOLDLINE_MODEL_NAME", "")
+    def from_settings(cls, settings: ModelSettings) -> ChatCompletionsModel:
+        """Configured from the `HOLDLINE_MODEL_*` settings; base URL and model name are required."""
+        base_url, name = settings.base_url, settings.model_name
         if not base_url or not name:
             raise ValueError(
                 "HOLDLINE_MODEL=chat-completions needs HOLDLINE_MODEL_BASE_URL (e.g. "
@@ -243,9 +242,9 @@ class ChatCompletionsModel(HttpModelAdapter):
         return cls(
             base_url=base_url,
             model=name,
-            api_key=env_str("HOLDLINE_MODEL_API_KEY", ""),
-            timeout_s=env_float("HOLDLINE_MODEL_TIMEOUT_S", 8.0),
-            retry=RetryPolicy(max_retries=env_int("HOLDLINE_MODEL_MAX_RETRIES", 2)),
+            api_key=settings.api_key,
+            timeout_s=settings.timeout_s,
+            retry=RetryPolicy(max_retries=settings.max_retries),
         )
 
     async def _stream(self, body: dict[str, Any], deadline: float | None) -> StreamedChat:

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from libs.config import env_float, env_int, env_str
+from libs.config import ModelSettings
 
 from .adapter import HttpModelAdapter
 from .functions import (
@@ -194,17 +194,16 @@ class OpenAIResponsesModel(HttpModelAdapter):
         )
 
     @classmethod
-    def from_env(cls) -> OpenAIResponsesModel:
-        """Configured from `OPENAI_*` variables; `OPENAI_API_KEY` is required."""
-        key = env_str("OPENAI_API_KEY", "")
-        if not key:
+    def from_settings(cls, settings: ModelSettings) -> OpenAIResponsesModel:
+        """Configured from the `OPENAI_*` settings; `OPENAI_API_KEY` is required."""
+        if not settings.openai_api_key:
             raise ValueError("OPENAI_API_KEY is not set; the openai model needs it")
         return cls(
-            api_key=key,
-            model=env_str("OPENAI_MODEL", DEFAULT_MODEL),
-            base_url=env_str("OPENAI_BASE_URL", DEFAULT_BASE_URL),
-            timeout_s=env_float("OPENAI_TIMEOUT_S", 20.0),
-            retry=RetryPolicy(max_retries=env_int("HOLDLINE_MODEL_MAX_RETRIES", 2)),
+            api_key=settings.openai_api_key,
+            model=settings.openai_model or DEFAULT_MODEL,
+            base_url=settings.openai_base_url or DEFAULT_BASE_URL,
+            timeout_s=settings.openai_timeout_s,
+            retry=RetryPolicy(max_retries=settings.max_retries),
         )
 
     async def _stream(self, body: dict[str, Any], deadline: float | None) -> StreamedResponse:

@@ -1,14 +1,17 @@
-"""Models by name. `HOLDLINE_MODEL` picks one; `mock` needs no credentials.
+"""Models by name. `ModelSettings.name` (`HOLDLINE_MODEL`) picks one; `mock` needs no
+credentials.
 
-With `HOLDLINE_MODEL` unset, `OPENAI_API_KEY` selects the OpenAI Responses adapter;
-`chat-completions` is any OpenAI-compatible Chat Completions server (`HOLDLINE_MODEL_*`).
+With `HOLDLINE_MODEL` unset, `OPENAI_API_KEY` selects the OpenAI Responses adapter (see
+`ModelSettings.from_env`); `chat-completions` is any OpenAI-compatible Chat Completions
+server (`HOLDLINE_MODEL_*`). The built-in adapters are built from the settings they are
+handed; a model registered with `register` is built without arguments.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from libs.config import env_str
+from libs.config import ModelSettings
 
 from .chat_completions import ChatCompletionsModel
 from .interface import ConversationModel
@@ -21,12 +24,14 @@ class UnknownModel(LookupError):
 
 
 ModelFactory = Callable[[], ConversationModel]
+ConfiguredFactory = Callable[[ModelSettings], ConversationModel]
 
-_FACTORIES: dict[str, ModelFactory] = {
-    "mock": MockModel,
-    "openai": OpenAIResponsesModel.from_env,
-    "chat-completions": ChatCompletionsModel.from_env,
+_FACTORIES: dict[str, ModelFactory] = {"mock": MockModel}
+_CONFIGURED: dict[str, ConfiguredFactory] = {
+    "openai": OpenAIResponsesModel.from_settings,
+    "chat-completions": ChatCompletionsModel.from_settings,
 }
+_DEFAULTS = ModelSettings()
 
 
 def register(name: str, factory: ModelFactory) -> None:
@@ -34,28 +39,16 @@ def register(name: str, factory: ModelFactory) -> None:
     _FACTORIES[name] = factory
 
 
-def get_model(name: str) -> ConversationModel:
-    """A new instance of the named model."""
-    try:
-        factory = _FACTORIES[name]
-    except KeyError:
-        known = ", ".join(sorted(_FACTORIES))
-        raise UnknownModel(f"unknown model {name!r}; registered: {known}") from None
-    return factory()
+def get_model(name: str, settings: ModelSettings = _DEFAULTS) -> ConversationModel:
+    """A new instance of the named model (a registered one wins over a built-in adapter)."""
+    if name in _FACTORIES:
+        return _FACTORIES[name]()
+    if name in _CONFIGURED:
+        return _CONFIGURED[name](settings)
+    known = ", ".join(sorted({*_FACTORIES, *_CONFIGURED}))
+    raise UnknownModel(f"unknown model {name!r}; registered: {known}")
 
 
-def default_model_name() -> str:
-    """`openai` when `OPENAI_API_KEY` is set and `HOLDLINE_MODEL` is not; else `mock`."""
-    if not env_str("HOLDLINE_MODEL", "") and env_str("OPENAI_API_KEY", ""):
-        return "openai"
-    return "mock"
-
-
-def model_name_from_env() -> str:
-    """The name `model_from_env` uses: `HOLDLINE_MODEL`, else `default_model_name()`."""
-    return env_str("HOLDLINE_MODEL", default_model_name())
-
-
-def model_from_env() -> ConversationModel:
-    """The model named by `HOLDLINE_MODEL` (default: openai with a key, else mock)."""
-    return get_model(model_name_from_env())
+def model_for(settings: ModelSettings) -> ConversationModel:
+    """The model the settings name (`HOLDLINE_MODEL`; default: openai with a key, else mock)."""
+    return get_model(settings.name, settings)

@@ -13,7 +13,7 @@ from nats.js.errors import NotFoundError
 
 from libs.bus import Topology, connect
 from libs.bus.connection import without_credentials
-from libs.config import BusSettings
+from libs.config import BusSettings, BusTimings
 
 from .deadletters import OperatorError, read_letters, redrive
 from .rebuild import rebuild
@@ -44,7 +44,7 @@ async def run(args: argparse.Namespace) -> int:
         print(f"holdline: cannot reach the broker at {where}: {exc!r}", file=sys.stderr)
         return UNAVAILABLE
     try:
-        return await action(nc.jetstream(), topology, args)
+        return await action(nc.jetstream(), topology, args, settings.timings)
     except OperatorError as exc:
         print(f"holdline: refused: {exc}", file=sys.stderr)
         return REFUSED
@@ -57,7 +57,9 @@ async def run(args: argparse.Namespace) -> int:
         await nc.close()
 
 
-async def _dlq_list(js: JetStreamContext, topology: Topology, args: argparse.Namespace) -> int:
+async def _dlq_list(
+    js: JetStreamContext, topology: Topology, args: argparse.Namespace, timings: BusTimings
+) -> int:
     letters = await read_letters(js, topology, args.stream)
     if args.json:
         print(json.dumps([x.as_dict() for x in letters], indent=2))
@@ -76,8 +78,10 @@ async def _dlq_list(js: JetStreamContext, topology: Topology, args: argparse.Nam
     return 0
 
 
-async def _dlq_redrive(js: JetStreamContext, topology: Topology, args: argparse.Namespace) -> int:
-    marker = await redrive(js, topology, args.dlq_seq, force=args.force)
+async def _dlq_redrive(
+    js: JetStreamContext, topology: Topology, args: argparse.Namespace, timings: BusTimings
+) -> int:
+    marker = await redrive(js, topology, args.dlq_seq, force=args.force, timings=timings)
     print(
         f"redrove dead letter {marker.dlq_seq}: {marker.action} -> {marker.target_subject} "
         f"(msg id {marker.msg_id})"
@@ -85,9 +89,12 @@ async def _dlq_redrive(js: JetStreamContext, topology: Topology, args: argparse.
     return 0
 
 
-async def _resolve(js: JetStreamContext, topology: Topology, args: argparse.Namespace) -> int:
+async def _resolve(
+    js: JetStreamContext, topology: Topology, args: argparse.Namespace, timings: BusTimings
+) -> int:
     state, seq = await resolve(
-        js, topology, args.session_id, args.operation_id, args.outcome, who=args.by, why=args.why
+        js, topology, args.session_id, args.operation_id, args.outcome, who=args.by, why=args.why,
+        timings=timings,
     )
     print(
         f"operation {state.operation_id} resolved as {state.status.value} by {args.by} "
@@ -96,7 +103,9 @@ async def _resolve(js: JetStreamContext, topology: Topology, args: argparse.Name
     return 0
 
 
-async def _rebuild(js: JetStreamContext, topology: Topology, args: argparse.Namespace) -> int:
+async def _rebuild(
+    js: JetStreamContext, topology: Topology, args: argparse.Namespace, timings: BusTimings
+) -> int:
     out = await rebuild(js, topology, args.projection, args.session)
     if args.json:
         print(json.dumps(out.as_dict(), indent=2))
@@ -111,7 +120,7 @@ async def _rebuild(js: JetStreamContext, topology: Topology, args: argparse.Name
     return 0
 
 
-Action = Callable[[JetStreamContext, Topology, argparse.Namespace], Awaitable[int]]
+Action = Callable[[JetStreamContext, Topology, argparse.Namespace, BusTimings], Awaitable[int]]
 _ACTIONS: dict[tuple[str, str | None], Action] = {
     ("dlq", "list"): _dlq_list,
     ("dlq", "redrive"): _dlq_redrive,

@@ -16,6 +16,7 @@ from nats.js.errors import NotFoundError
 
 from libs.bus import DEAD_LETTER_DECODER, Context, DeadLetter, Topology, append, load
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
+from libs.config import DEFAULT_TIMINGS, BusTimings
 from libs.domain import operation
 from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation
 
@@ -120,6 +121,7 @@ async def redrive(
     force: bool = False,
     clock: Clock = SYSTEM_CLOCK,
     ids: Ids = RANDOM_IDS,
+    timings: BusTimings = DEFAULT_TIMINGS,
 ) -> Redriven:
     """Send a dead letter's work back, then record that it was redriven.
 
@@ -145,7 +147,9 @@ async def redrive(
         await js.publish(target, letter.record.payload, headers={"Nats-Msg-Id": msg_id})
         action = "republished work command"
     elif letter.source == Context.OPERATIONS.value:
-        target, action = await _execute_again(js, topology, letter, dlq_seq, msg_id, now=now)
+        target, action = await _execute_again(
+            js, topology, letter, dlq_seq, msg_id, now=now, timings=timings
+        )
     else:
         raise OperatorError(
             f"dead letter {dlq_seq} comes from the {letter.source} stream: its events are "
@@ -168,7 +172,7 @@ async def redrive(
 
 async def _execute_again(
     js: JetStreamContext, topology: Topology, letter: Letter, dlq_seq: int, msg_id: str, *,
-    now: datetime,
+    now: datetime, timings: BusTimings,
 ) -> tuple[str, str]:
     if letter.operation_id is None:
         raise OperatorError(f"dead letter {dlq_seq} names no operation")
@@ -178,6 +182,7 @@ async def _execute_again(
         topology.operation_subject(letter.session_id, letter.operation_id),
         OPERATIONS,
         operation.evolve,
+        timings=timings,
     )
     state = loaded.state
     if state is None:
@@ -195,5 +200,5 @@ async def _execute_again(
         operation_id=letter.operation_id,
         event=ExecuteOperation(),
     )
-    await append(js, WORK, target, command, msg_id=msg_id)
+    await append(js, WORK, target, command, msg_id=msg_id, timings=timings)
     return target, f"work.execute for an operation in {state.status.value}"

@@ -8,6 +8,7 @@ from nats.js import JetStreamContext
 
 from libs.bus import ConcurrencyConflict, Context, Topology, append, load
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
+from libs.config import DEFAULT_TIMINGS, BusTimings
 from libs.domain import OperationState, OpStatus, operation
 from libs.events import (
     OPERATIONS,
@@ -45,13 +46,15 @@ async def resolve(
     why: str,
     clock: Clock = SYSTEM_CLOCK,
     ids: Ids = RANDOM_IDS,
+    timings: BusTimings = DEFAULT_TIMINGS,
 ) -> tuple[OperationState, int]:
     """Append the operator's verdict on an UNKNOWN operation; refuse any other state."""
     if not who.strip() or not why.strip():
         raise OperatorError("--by and --why must both say something")
     subject = topology.operation_subject(session_id, operation_id)
     loaded = await load(
-        js, topology.stream_name(Context.OPERATIONS), subject, OPERATIONS, operation.evolve
+        js, topology.stream_name(Context.OPERATIONS), subject, OPERATIONS, operation.evolve,
+        timings=timings,
     )
     state = loaded.state
     if state is None:
@@ -68,7 +71,10 @@ async def resolve(
         now=clock.now(),
     )
     try:
-        ack = await append(js, OPERATIONS, subject, env, expected_last_subject_seq=loaded.last_seq)
+        ack = await append(
+            js, OPERATIONS, subject, env, expected_last_subject_seq=loaded.last_seq,
+            timings=timings,
+        )
     except ConcurrencyConflict:
         raise OperatorError(
             f"operation {operation_id} changed while resolving it; look again and retry"

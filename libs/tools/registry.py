@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from libs.config import env_bool, env_str
+from libs.config import ToolSettings
 
 from .checks import DeclarationError, check
 from .declaration import ToolDeclaration
@@ -22,7 +22,7 @@ from .demo import DEMO_TOOLS
 from .executor import Executor
 from .http_file import load_tools_file
 from .labels import label_of
-from .sandbox import CALLBACK_ROUTE, ROUTES, SandboxExecutor, provider_url
+from .sandbox import CALLBACK_ROUTE, ROUTES, SandboxExecutor
 
 
 class UnknownTool(KeyError):
@@ -153,8 +153,14 @@ class ToolRegistry:
                 )
 
 
-def default_registry(client: httpx.AsyncClient | None = None) -> ToolRegistry:
-    """Demo tools, HOLDLINE_TOOL_MODULES and HOLDLINE_TOOLS_FILE, checked together.
+_NO_TOOLS = ToolSettings()
+
+
+def default_registry(
+    client: httpx.AsyncClient | None = None, settings: ToolSettings = _NO_TOOLS
+) -> ToolRegistry:
+    """Demo tools, `settings.modules` (HOLDLINE_TOOL_MODULES) and `settings.tools_file`
+    (HOLDLINE_TOOLS_FILE), checked together.
 
     With a client (the worker), executors are registered too and every tool must have one.
     Raises DeclarationError, naming what to fix, when anything is wrong.
@@ -163,33 +169,25 @@ def default_registry(client: httpx.AsyncClient | None = None) -> ToolRegistry:
     for declaration in DEMO_TOOLS:
         registry.declare(declaration)
     if client is not None:
-        twice = env_bool("HOLDLINE_SANDBOX_CALLBACK_TWICE", default=False)
-        secret = callback_secret()
+        twice, secret = settings.callback_twice, settings.callback_secret
         for name, route in ROUTES.items():
             registry.register_executor(
                 name,
                 SandboxExecutor(route, client, callback_twice=twice, callback_secret=secret),
                 callback_route=CALLBACK_ROUTE,
             )
-    modules = [m.strip() for m in env_str("HOLDLINE_TOOL_MODULES", "").split(",") if m.strip()]
-    registry.load_modules(modules)
-    path = env_str("HOLDLINE_TOOLS_FILE", "")
-    if path:
-        load_tools_file(path, registry, client)
+    registry.load_modules(list(settings.modules))
+    if settings.tools_file:
+        load_tools_file(settings.tools_file, registry, client)
     registry.check_links()
     if client is not None:
         registry.check_executors()
     return registry
 
 
-def callback_secret() -> bytes:
-    """The HMAC key the sandbox provider signs callbacks with."""
-    return env_str("HOLDLINE_CALLBACK_SECRET", "holdline-dev-callback-secret").encode()
-
-
-def sandbox_client() -> httpx.AsyncClient:
+def sandbox_client(settings: ToolSettings = _NO_TOOLS) -> httpx.AsyncClient:
     """The HTTP client executors share (one connection pool per process)."""
     return httpx.AsyncClient(
-        base_url=provider_url(),
+        base_url=settings.provider_url,
         limits=httpx.Limits(max_connections=200, max_keepalive_connections=100),
     )

@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 import msgspec
 
-from libs.config import env_str
 from libs.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
 
 from .executor import (
@@ -336,8 +335,3 @@ ROUTES: dict[str, Route] = {
     "sandbox.transfer": Route("transfer", _transfer),
     "sandbox.availability": Route("availability", _availability, read_only=True),
 }
-
-
-def provider_url() -> str:
-    """Base URL of the sandbox provider."""
-    return env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8090")

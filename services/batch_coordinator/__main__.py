@@ -5,12 +5,13 @@ from __future__ import annotations
 from libs.serve import serve
 
 from .app import create_app
-from .settings import DEFAULT_PORT, ENV_PREFIX, SERVICE
+from .settings import SERVICE, Settings
 
 
 def main() -> None:
     """Serve the batch-coordinator until SIGINT/SIGTERM."""
-    serve(create_app, service=SERVICE, env_prefix=ENV_PREFIX, default_port=DEFAULT_PORT)
+    settings = Settings.from_env()
+    serve(lambda: create_app(settings), service=SERVICE, settings=settings.serve)
 
 
 if __name__ == "__main__":

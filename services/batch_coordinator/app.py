@@ -9,7 +9,7 @@ from fastapi import FastAPI
 
 from libs.bus import Context
 from libs.events import BATCHES, OPERATIONS
-from libs.models import get_model
+from libs.models import model_for
 from libs.service import Runtime, create_service_app
 from libs.tools import default_registry
 
@@ -38,7 +38,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     # Raises DeclarationError (the service does not start) on a bad tool declaration.
     coordinator = Coordinator(
-        runtime, settings, get_model(settings.model), registry=default_registry()
+        runtime,
+        settings,
+        model_for(settings.model),
+        registry=default_registry(settings=settings.tools),
     )
     # One durable consumer per partition; each sees every message and works only on its own.
     part = settings.partition

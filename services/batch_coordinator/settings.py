@@ -1,9 +1,13 @@
 """batch-coordinator settings, read once from the environment.
 
 `HOLDLINE_LANGUAGE` (default `en`) language of closing summaries (`en`, `es`).
-`HOLDLINE_MODEL` (default `mock`) model that explains final failures (libs.models).
+`HOLDLINE_MODEL` (default `mock`) model that explains final failures (libs.models), with
+the adapters' `OPENAI_*` and `HOLDLINE_MODEL_*` settings (`ModelSettings`).
 `HOLDLINE_PARTITIONS` (default 1) and `HOLDLINE_PARTITION` (default: the ordinal ending the pod
 name in `HOSTNAME`; 0 when N is 1): this process handles only the sessions of partition k of N.
+`BATCH_COORDINATOR_HOST` / `BATCH_COORDINATOR_PORT` (127.0.0.1:8092), `HOLDLINE_LOG_LEVEL`
+(INFO): where and how `libs.serve` runs it (`ServeSettings`).
+`HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`).
 Broker settings come from `BusSettings.from_env()`.
 """
 
@@ -12,7 +16,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from libs.bus.topology import Partition
-from libs.config import BusSettings, env_str
+from libs.config import (
+    BusSettings,
+    HttpSettings,
+    ModelSettings,
+    ServeSettings,
+    ToolSettings,
+    env_str,
+)
 
 SERVICE = "batch-coordinator"
 ENV_PREFIX = "BATCH_COORDINATOR"
@@ -25,15 +36,22 @@ class Settings:
 
     bus: BusSettings
     language: str = "en"
-    model: str = "mock"
+    model: ModelSettings = field(default_factory=ModelSettings)
     partition: Partition = field(default_factory=Partition)
+    tools: ToolSettings = field(default_factory=ToolSettings)
+    serve: ServeSettings = field(
+        default_factory=lambda: ServeSettings(HttpSettings("127.0.0.1", DEFAULT_PORT))
+    )
 
     @classmethod
     def from_env(cls) -> Settings:
         """Read the settings from the environment."""
+        bus = BusSettings.from_env()
         return cls(
-            bus=BusSettings.from_env(),
+            bus=bus,
             language=env_str("HOLDLINE_LANGUAGE", cls.language),
-            model=env_str("HOLDLINE_MODEL", cls.model),
+            model=ModelSettings.from_env(default_name="mock"),
             partition=Partition.from_env(),
+            tools=ToolSettings.from_env(),
+            serve=ServeSettings.from_env(ENV_PREFIX, DEFAULT_PORT, bus),
         )

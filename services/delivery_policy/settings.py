@@ -11,6 +11,8 @@ window before it falls back to next-turn resync.
 `HOLDLINE_LANGUAGE` (default `en`) conversation language used to pick quiet rules.
 `HOLDLINE_PARTITIONS` (default 1) and `HOLDLINE_PARTITION` (default: the ordinal ending the pod
 name in `HOSTNAME`; 0 when N is 1): this process handles only the sessions of partition k of N.
+`DELIVERY_POLICY_HOST` / `DELIVERY_POLICY_PORT` (127.0.0.1:8093), `HOLDLINE_LOG_LEVEL` (INFO):
+where and how `libs.serve` runs it (`ServeSettings`).
 Broker settings come from `BusSettings.from_env()`.
 """
 
@@ -19,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from libs.bus.topology import Partition
-from libs.config import BusSettings, env_int, env_str
+from libs.config import BusSettings, HttpSettings, ServeSettings, env_int, env_str
 from libs.domain.channel import GatePolicy, parse_quiet_rules
 
 SERVICE = "delivery-policy"
@@ -34,13 +36,17 @@ class Settings:
     bus: BusSettings
     policy: GatePolicy
     partition: Partition = field(default_factory=Partition)
+    serve: ServeSettings = field(
+        default_factory=lambda: ServeSettings(HttpSettings("127.0.0.1", DEFAULT_PORT))
+    )
 
     @classmethod
     def from_env(cls) -> Settings:
         """Read the settings from the environment."""
         defaults = GatePolicy()
+        bus = BusSettings.from_env()
         return cls(
-            bus=BusSettings.from_env(),
+            bus=bus,
             policy=GatePolicy(
                 min_quiet_ms=env_int("HOLDLINE_MIN_QUIET_MS", defaults.min_quiet_ms),
                 rules=parse_quiet_rules(env_str("HOLDLINE_MIN_QUIET_RULES", "")),
@@ -49,4 +55,5 @@ class Settings:
                 language=env_str("HOLDLINE_LANGUAGE", defaults.language),
             ),
             partition=Partition.from_env(),
+            serve=ServeSettings.from_env(ENV_PREFIX, DEFAULT_PORT, bus),
         )

@@ -1,24 +1,36 @@
 """`python -m services.interaction_surface`."""
 
 import sys
+from typing import NoReturn
 
 from fastapi import FastAPI
 
 from libs.serve import EXIT_CONFIG, serve
 
 from .app import create_app
+from .settings import Settings
 from .voice.trust import TelephonyMisconfigured
+
+
+def _refuse(exc: Exception) -> NoReturn:
+    # Refuse to start, with the reason on one line (a crash loop in Kubernetes says why);
+    # the supervisor does not restart a configuration it would refuse again.
+    sys.stderr.write(f"interaction-surface: refusing to start: {exc}\n")
+    sys.stderr.flush()
+    raise SystemExit(EXIT_CONFIG) from None
+
+
+try:
+    _settings = Settings.from_env()
+except TelephonyMisconfigured as exc:
+    _refuse(exc)
 
 
 def _app() -> FastAPI:
     try:
-        return create_app()
+        return create_app(_settings)
     except TelephonyMisconfigured as exc:
-        # Refuse to start, with the reason on one line (a crash loop in Kubernetes says why);
-        # the supervisor does not restart a configuration it would refuse again.
-        sys.stderr.write(f"interaction-surface: refusing to start: {exc}\n")
-        sys.stderr.flush()
-        raise SystemExit(EXIT_CONFIG) from None
+        _refuse(exc)
 
 
 # The surface applies its own trusted-proxy list (HOLDLINE_TRUSTED_PROXIES) and needs the
@@ -26,7 +38,6 @@ def _app() -> FastAPI:
 serve(
     _app,
     service="interaction-surface",
-    env_prefix="INTERACTION_SURFACE",
-    default_port=8080,
+    settings=_settings.serve,
     proxy_headers=False,
 )

@@ -302,6 +302,7 @@ class Surface:
                     subject,
                     env,
                     expected_last_subject_seq=seq if expect else None,
+                    timings=self.runtime.timings,
                 )
             except ConcurrencyConflict:
                 await self.view.sync()

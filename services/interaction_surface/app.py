@@ -20,8 +20,9 @@ from libs import metrics
 from libs.admission import Admission, LoadView
 from libs.bus import Context
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
+from libs.config import ModelSettings
 from libs.events import DELIVERIES
-from libs.models import model_from_env
+from libs.models import model_for
 from libs.models.interface import ConversationModel
 from libs.openapi import publish
 from libs.problems import install_problem_handlers
@@ -38,21 +39,22 @@ from .settings import Settings
 from .tool_calls import ToolCalls
 from .voice.call import CallRegistry
 from .voice.ownership import CallOwnership
-from .voice.settings import VoiceSettings
 from .voice.wiring import install_voice, start_voice
 
 STATIC = Path(__file__).parent / "static"
 
 
-def conversation_model(modules: tuple[str, ...] = ()) -> ConversationModel:
-    """The model named by `HOLDLINE_MODEL`, after importing `modules`
+def conversation_model(
+    modules: tuple[str, ...] = (), settings: ModelSettings | None = None
+) -> ConversationModel:
+    """The model the settings name (`HOLDLINE_MODEL`), after importing `modules`
     (`HOLDLINE_MODEL_MODULES`).
 
     Those modules register extra models (a user's own adapter) with `libs.models.register`.
     """
     for name in modules:
         importlib.import_module(name)
-    return model_from_env()
+    return model_for(settings or ModelSettings())
 
 
 def start_parts(
@@ -73,6 +75,7 @@ def start_parts(
         runtime.bucket("intents"),
         clock=clock,
         ids=ids,
+        timings=runtime.timings,
     )
     turns = Turns(
         runtime=runtime,
@@ -96,6 +99,7 @@ def start_parts(
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the surface's app."""
     settings = settings or Settings.from_env()
+    metrics.time_turn_phases(settings.turn_phases)
     load_view = LoadView()
     calls = CallRegistry()
     # The process's one clock and id factory: every part below gets these two.
@@ -104,9 +108,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # only what needs the broker connection waits for it (`start_parts` and `start_voice`,
     # each given in one step).
     # Before anything starts: a bad tool declaration stops the service (DeclarationError).
-    registry = default_registry()
+    registry = default_registry(settings=settings.tools)
     view = SurfaceView(label=registry.label)
-    voice_settings = VoiceSettings.from_env()
+    voice_settings = settings.voice
     runtime = Runtime(
         name="interaction-surface",
         settings=settings.bus,
@@ -133,12 +137,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     runtime.consumer_factories = (
         runtime.consumes(Context.DELIVERIES, DELIVERIES, executor.on_delivery),
     )
-    model = conversation_model(settings.model_modules)
+    model = conversation_model(settings.model_modules, settings.model)
 
     async def on_start() -> None:
         js = runtime.jetstream
-        await view.follow(js, runtime.topology)
-        await load_view.follow(js, runtime.topology)
+        heartbeat_s = runtime.timings.follow_heartbeat_s
+        await view.follow(js, runtime.topology, heartbeat_s=heartbeat_s)
+        await load_view.follow(js, runtime.topology, heartbeat_s=heartbeat_s)
         await view.caught_up.wait()
         await load_view.caught_up.wait()
         metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))

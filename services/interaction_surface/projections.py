@@ -26,7 +26,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from libs.bus import EVENT_CODECS, Context, Topology, follow_heartbeat_s
+from libs.bus import EVENT_CODECS, Context, Topology
 from libs.domain import (
     BatchState,
     DeliveryState,
@@ -336,7 +336,9 @@ class SurfaceView:
             if not future.done():
                 future.set_result(None)
 
-    async def follow(self, js: JetStreamContext, topology: Topology) -> None:
+    async def follow(
+        self, js: JetStreamContext, topology: Topology, *, heartbeat_s: float = 0.5
+    ) -> None:
         """Follow every stream from its start; `caught_up` is set once all reach today's end."""
         self._js, self._topology = js, topology
         pending: set[Context] = set()
@@ -354,7 +356,7 @@ class SurfaceView:
                     topology.context_filter(context),
                     stream=topology.stream_name(context),
                     ordered_consumer=True,
-                    idle_heartbeat=follow_heartbeat_s(),
+                    idle_heartbeat=heartbeat_s,
                     deliver_policy=DeliverPolicy.ALL,
                     cb=self._handler(context, targets[context], pending),
                 )

@@ -1,6 +1,7 @@
 """interaction-surface settings, from the environment.
 
-- `INTERACTION_SURFACE_HOST` / `INTERACTION_SURFACE_PORT` (127.0.0.1:8080)
+- `INTERACTION_SURFACE_HOST` / `INTERACTION_SURFACE_PORT` (127.0.0.1:8080) and
+  `HOLDLINE_LOG_LEVEL` (INFO): how `libs.serve` runs it (`ServeSettings`)
 - `HOLDLINE_TENANT_API_KEYS` `tenant:key,...` — when set, creating a session needs the
   tenant's key in `X-Api-Key`
 - `HOLDLINE_DEFAULT_TENANT` (`default`), `HOLDLINE_DEFAULT_AGENT` (`concierge`)
@@ -11,6 +12,7 @@
 - `HOLDLINE_TURN_WAIT_S` (10): how long a turn waits for the session's previous turn
 - `HOLDLINE_DEMO` (1): serve the demo's fault-injection proxy (`/v1/demo/faults`)
 - `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): where that proxy sends faults
+- `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`)
 - `HOLDLINE_LANGUAGE` (`en`): the default language of turns
 - `HOLDLINE_TOKEN_TTL_S` (86400): a session token is refused (401) this long after the
   session was opened (`session.opened`'s `occurred_at` is the issue time); 0 = never
@@ -19,6 +21,11 @@
   and per tenant; beyond them 429 problem+json with `Retry-After`; `0` disables one
 - `HOLDLINE_MODEL_MODULES` `module,...` (empty): imported before the model is chosen, so
   they can register models of their own (`libs.models.register`)
+- `HOLDLINE_MODEL` and its adapters' `OPENAI_*`, `HOLDLINE_MODEL_*`: `ModelSettings.from_env`
+- `HOLDLINE_TURN_PHASES` (off; any value but `0` turns it on): time each phase of a turn
+  into `holdline_turn_phase_seconds`
+- the voice channel's: `VoiceSettings.from_env` (voice/settings.py); a phone edge that
+  cannot work raises `TelephonyMisconfigured` here, before anything starts
 """
 
 from __future__ import annotations
@@ -26,7 +33,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from libs.config import BusSettings, HttpSettings, env_bool, env_float, env_int, env_str
+from libs.config import (
+    BusSettings,
+    ModelSettings,
+    ServeSettings,
+    ToolSettings,
+    env_bool,
+    env_float,
+    env_int,
+    env_str,
+)
+
+from .voice.settings import VoiceSettings
 
 
 def parse_api_keys(text: str) -> dict[str, str]:
@@ -66,7 +84,7 @@ class Settings:
     """Everything the surface reads from its environment."""
 
     bus: BusSettings
-    http: HttpSettings
+    serve: ServeSettings
     tenant_api_keys: dict[str, str] = field(default_factory=dict)
     default_tenant: str = "default"
     default_agent: str = "concierge"
@@ -83,6 +101,10 @@ class Settings:
     rate_session: tuple[float, float] = (30.0, 5.0)
     rate_tenant: tuple[float, float] = (1000.0, 100.0)
     model_modules: tuple[str, ...] = ()
+    turn_phases: bool = False
+    model: ModelSettings = field(default_factory=ModelSettings)
+    tools: ToolSettings = field(default_factory=ToolSettings)
+    voice: VoiceSettings = field(default_factory=VoiceSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -90,9 +112,11 @@ class Settings:
         context = env_str("HOLDLINE_HANDOFF_CONTEXT", "carried")
         if context not in ("fresh", "carried"):
             raise ValueError(f"HOLDLINE_HANDOFF_CONTEXT must be fresh or carried, got {context!r}")
+        bus = BusSettings.from_env()
+        tools = ToolSettings.from_env()
         return cls(
-            bus=BusSettings.from_env(),
-            http=HttpSettings.from_env("INTERACTION_SURFACE", 8080),
+            bus=bus,
+            serve=ServeSettings.from_env("INTERACTION_SURFACE", 8080, bus),
             tenant_api_keys=parse_api_keys(env_str("HOLDLINE_TENANT_API_KEYS", "")),
             default_tenant=env_str("HOLDLINE_DEFAULT_TENANT", "default"),
             default_agent=env_str("HOLDLINE_DEFAULT_AGENT", "concierge"),
@@ -103,7 +127,7 @@ class Settings:
             turn_timeout_s=env_float("HOLDLINE_TURN_TIMEOUT_S", 30.0),
             turn_wait_s=env_float("HOLDLINE_TURN_WAIT_S", 10.0),
             demo=env_bool("HOLDLINE_DEMO", default=True),
-            provider_url=env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8090"),
+            provider_url=tools.provider_url,
             language=env_str("HOLDLINE_LANGUAGE", "en"),
             token_ttl_s=env_float("HOLDLINE_TOKEN_TTL_S", 86400.0),
             rate_session=_rate("HOLDLINE_RATE_SESSION", "30/5"),
@@ -111,4 +135,8 @@ class Settings:
             model_modules=tuple(
                 n.strip() for n in env_str("HOLDLINE_MODEL_MODULES", "").split(",") if n.strip()
             ),
+            turn_phases=env_str("HOLDLINE_TURN_PHASES", "") not in ("", "0"),
+            model=ModelSettings.from_env(),
+            tools=tools,
+            voice=VoiceSettings.from_env(),
         )

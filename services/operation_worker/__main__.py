@@ -3,5 +3,7 @@
 from libs.serve import serve
 
 from .app import create_app
+from .settings import SERVICE, Settings
 
-serve(create_app, service="operation-worker", env_prefix="OPERATION_WORKER", default_port=8091)
+_settings = Settings.from_env()
+serve(lambda: create_app(_settings), service=SERVICE, settings=_settings.serve)

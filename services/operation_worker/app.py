@@ -25,11 +25,11 @@ _MAX_CALLBACK_BYTES = 64 * 1024
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the worker's app; consumers start with it."""
     settings = settings or Settings.from_env()
-    client = sandbox_client()
+    client = sandbox_client(settings.tools)
     # Calls to the system of record carry the operation's trace (a no-op while tracing is off).
     client.event_hooks["request"].append(tracing.inject_headers)
     # Raises DeclarationError (and the service does not start) on any bad tool declaration.
-    registry = default_registry(client)
+    registry = default_registry(client, settings.tools)
     metrics.initialise_tools(
         (t.name for t in registry.tools(include_internal=True)), [s.value for s in TERMINAL]
     )

@@ -120,6 +120,7 @@ class Worker:
         self._topology: Topology = runtime.topology
         self._registry = registry
         self._settings = settings
+        self._timings = settings.bus.timings
         self._clock = clock
         self._ids = ids
         self._budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min)
@@ -143,6 +144,7 @@ class Worker:
             subject,
             OPERATIONS,
             operation.evolve,
+            timings=self._timings,
         )
         if loaded.state is None:
             return None
@@ -160,7 +162,8 @@ class Worker:
             )
             try:
                 ack = await append(
-                    self._js, OPERATIONS, op.subject, env, expected_last_subject_seq=seq
+                    self._js, OPERATIONS, op.subject, env, expected_last_subject_seq=seq,
+                    timings=self._timings,
                 )
             except ConcurrencyConflict:
                 raise _Stale from None
@@ -223,7 +226,10 @@ class Worker:
                 event=command,
             )
             subject = self._topology.work_subject(env.session_id, env.operation_id or "")
-            await append(self._js, WORK, subject, work, msg_id=f"{tag}:{env.operation_id}")
+            await append(
+                self._js, WORK, subject, work, msg_id=f"{tag}:{env.operation_id}",
+                timings=self._timings,
+            )
 
     # -- work ------------------------------------------------------------------------------
     async def work(self, received: Received[WorkCommand]) -> None:
@@ -447,6 +453,7 @@ class Worker:
             op.subject,
             OPERATIONS,
             operation.evolve,
+            timings=self._timings,
         )
         record = DeadLetter(
             source_stream=self._topology.stream_name(Context.OPERATIONS),
@@ -514,5 +521,6 @@ class Worker:
             f"{self._topology.prefix}.operations.*.{operation_id}",
             OPERATIONS,
             operation.evolve,
+            timings=self._timings,
         )
         return loaded.state.session_id if loaded.state is not None else None

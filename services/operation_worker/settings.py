@@ -1,8 +1,9 @@
 """operation-worker settings, from the environment.
 
 - `OPERATION_WORKER_HOST` / `OPERATION_WORKER_PORT` (127.0.0.1:8091): HTTP (probes, callbacks)
+  and `HOLDLINE_LOG_LEVEL` (INFO): how `libs.serve` runs it (`ServeSettings`)
 - `HOLDLINE_WORKER_ID`: this worker's name in events (default: host-pid)
-- `HOLDLINE_CALLBACK_SECRET`: HMAC key of sandbox callbacks (read by its executor)
+- `HOLDLINE_CALLBACK_SECRET`: HMAC key of sandbox callbacks (handed to its executor)
 - `HOLDLINE_LEASE_TTL_S` (2): how long a silent (dead) worker keeps an operation
 - `HOLDLINE_LEASE_RENEW_S` (0.5): how often a live worker renews the leases it holds
 - `HOLDLINE_CALLBACK_OVERDUE_S` (5): after this, an awaited async result is polled
@@ -14,15 +15,20 @@
 - `HOLDLINE_MAX_IN_FLIGHT` (256): operations one worker handles at once
 - `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): the system of record of the demo tools
 - `HOLDLINE_SANDBOX_CALLBACK_TWICE` (0): ask the sandbox to send every callback twice
+- `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`)
 """
 
 from __future__ import annotations
 
 import os
 import socket
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from libs.config import BusSettings, HttpSettings, env_float, env_int, env_str
+from libs.config import BusSettings, ServeSettings, ToolSettings, env_float, env_int, env_str
+
+SERVICE = "operation-worker"
+ENV_PREFIX = "OPERATION_WORKER"
+DEFAULT_PORT = 8091
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,7 +36,7 @@ class Settings:
     """Everything the worker reads from its environment."""
 
     bus: BusSettings
-    http: HttpSettings
+    serve: ServeSettings
     worker_id: str
     lease_ttl_s: float
     lease_renew_s: float
@@ -42,6 +48,7 @@ class Settings:
     backoff_scale: float
     timeout_scale: float
     max_in_flight: int
+    tools: ToolSettings = field(default_factory=ToolSettings)
 
     @classmethod
     def from_env(cls) -> Settings:
@@ -49,7 +56,7 @@ class Settings:
         bus = BusSettings.from_env()
         return cls(
             bus=bus,
-            http=HttpSettings.from_env("OPERATION_WORKER", 8091),
+            serve=ServeSettings.from_env(ENV_PREFIX, DEFAULT_PORT, bus),
             worker_id=env_str("HOLDLINE_WORKER_ID", f"{socket.gethostname()}-{os.getpid()}"),
             lease_ttl_s=env_float("HOLDLINE_LEASE_TTL_S", 2.0),
             lease_renew_s=env_float("HOLDLINE_LEASE_RENEW_S", 0.5),
@@ -61,4 +68,5 @@ class Settings:
             backoff_scale=env_float("HOLDLINE_BACKOFF_SCALE", 1.0),
             timeout_scale=env_float("HOLDLINE_TIMEOUT_SCALE", 1.0),
             max_in_flight=env_int("HOLDLINE_MAX_IN_FLIGHT", 256),
+            tools=ToolSettings.from_env(),
         )

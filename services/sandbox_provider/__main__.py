@@ -6,7 +6,6 @@ Configuration comes from the environment; see ``services.sandbox_provider.settin
 from __future__ import annotations
 
 import logging
-import os
 import socket
 
 import uvicorn
@@ -29,11 +28,11 @@ class _Server(uvicorn.Server):
 
 
 def main() -> None:
+    settings = Settings.from_env()
     logging.basicConfig(
-        level=os.environ.get("LOG_LEVEL", "INFO").upper(),
+        level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
-    settings = Settings.from_env()
     provider = Provider(settings)
     config = uvicorn.Config(
         build_app(provider),

@@ -27,6 +27,8 @@ Environment variables (an empty value counts as unset):
     Per-attempt HTTP timeout of a callback.
 ``SANDBOX_SHUTDOWN_GRACE_S`` (default ``5``)
     How long a stopping server waits for in-flight (possibly hanging) requests.
+``LOG_LEVEL`` (default ``INFO``)
+    Level of the process's log (``python -m services.sandbox_provider``).
 """
 
 from __future__ import annotations
@@ -109,6 +111,7 @@ class Settings:
     callback_backoff_s: float = 0.25
     callback_timeout_s: float = 5.0
     shutdown_grace_s: float = 5.0
+    log_level: str = "INFO"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -140,4 +143,5 @@ class Settings:
             callback_backoff_s=_int(source, "SANDBOX_CALLBACK_BACKOFF_MS", 250, minimum=0) / 1000.0,
             callback_timeout_s=_float(source, "SANDBOX_CALLBACK_TIMEOUT_S", 5.0, minimum=0.1),
             shutdown_grace_s=_float(source, "SANDBOX_SHUTDOWN_GRACE_S", 5.0, minimum=0.0),
+            log_level=_raw(source, "LOG_LEVEL") or "INFO",
         )

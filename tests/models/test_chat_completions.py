@@ -14,6 +14,7 @@ import pytest
 
 from harness.processes import Broker
 from harness.surface import SurfaceStack, effects, eventually, open_chat, running_stack
+from libs.config import ModelSettings
 from libs.models import ChatCompletionsModel, get_model
 from libs.models.interface import AdmissionNote, ChatMessage, ModelError, Outcome
 from libs.models.streaming import RetryPolicy
@@ -208,15 +209,15 @@ async def test_failure_explanation(fake: FakeChatCompletions, model: ChatComplet
     assert "tools" not in fake.last_body
 
 
-def test_configured_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_configured_by_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("HOLDLINE_MODEL_BASE_URL", raising=False)
     with pytest.raises(ValueError, match="HOLDLINE_MODEL_BASE_URL"):
-        get_model("chat-completions")
+        get_model("chat-completions", ModelSettings.from_env())
     monkeypatch.setenv("HOLDLINE_MODEL_BASE_URL", "http://127.0.0.1:11434/v1/")
     monkeypatch.setenv("HOLDLINE_MODEL_NAME", "llama3.1")
     monkeypatch.setenv("HOLDLINE_MODEL_TIMEOUT_S", "5")
     monkeypatch.setenv("HOLDLINE_MODEL_MAX_RETRIES", "1")
-    model = get_model("chat-completions")
+    model = get_model("chat-completions", ModelSettings.from_env())
     assert isinstance(model, ChatCompletionsModel)
     assert (model.base_url, model.model, model.timeout_s, model.retry.max_retries) == (
         "http://127.0.0.1:11434/v1", "llama3.1", 5.0, 1)

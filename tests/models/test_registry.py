@@ -1,17 +1,11 @@
-"""Choosing a model by name and environment."""
+"""Choosing a model by name and settings (read from the environment by `ModelSettings`)."""
 
 from __future__ import annotations
 
 import pytest
 
-from libs.models import (
-    MockModel,
-    OpenAIResponsesModel,
-    UnknownModel,
-    default_model_name,
-    get_model,
-    model_from_env,
-)
+from libs.config import ModelSettings
+from libs.models import MockModel, OpenAIResponsesModel, UnknownModel, get_model, model_for
 
 
 @pytest.fixture(autouse=True)
@@ -22,8 +16,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_mock_by_default() -> None:
-    assert default_model_name() == "mock"
-    assert isinstance(model_from_env(), MockModel)
+    settings = ModelSettings.from_env()
+    assert settings.name == "mock"
+    assert isinstance(model_for(settings), MockModel)
 
 
 def test_openai_when_a_key_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -31,8 +26,9 @@ def test_openai_when_a_key_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_BASE_URL", "http://127.0.0.1:1/v1/")
     monkeypatch.setenv("OPENAI_MODEL", "gpt-x")
     monkeypatch.setenv("OPENAI_TIMEOUT_S", "3")
-    assert default_model_name() == "openai"
-    model = model_from_env()
+    settings = ModelSettings.from_env()
+    assert settings.name == "openai"
+    model = model_for(settings)
     assert isinstance(model, OpenAIResponsesModel)
     assert (model.base_url, model.model, model.timeout_s) == ("http://127.0.0.1:1/v1", "gpt-x", 3.0)
 
@@ -40,8 +36,14 @@ def test_openai_when_a_key_is_set(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_holdline_model_wins(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     monkeypatch.setenv("HOLDLINE_MODEL", "mock")
-    assert default_model_name() == "mock"
-    assert isinstance(model_from_env(), MockModel)
+    settings = ModelSettings.from_env()
+    assert settings.name == "mock"
+    assert isinstance(model_for(settings), MockModel)
+
+
+def test_a_process_may_default_to_another_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    assert ModelSettings.from_env(default_name="mock").name == "mock"
 
 
 def test_openai_without_a_key_is_a_clear_error() -> None:

@@ -15,7 +15,7 @@ from nats.js import JetStreamContext
 from harness.processes import ServiceProcess, free_port
 from libs.admission import Admission, LoadView, ToolCall, TurnAdmission, TurnContext
 from libs.bus import Context, Topology, connect, ensure_buckets, ensure_streams, load
-from libs.config import BusSettings
+from libs.config import BusSettings, ToolSettings
 from libs.domain import OperationState, operation
 from libs.events import OPERATIONS, Envelope, OperationEvent
 from libs.tools import default_registry
@@ -36,6 +36,8 @@ class OpsStack:
     view: LoadView = field(default_factory=LoadView)
     admission: Admission | None = None
     callback_port: int = field(default_factory=free_port)
+    # The in-test admission's tools (the workers get theirs from `worker_env`).
+    tools: ToolSettings = field(default_factory=ToolSettings)
 
     @property
     def topology(self) -> Topology:
@@ -88,7 +90,7 @@ class OpsStack:
             *(self.add_worker(callback=i == 0) for i in range(workers)),
         )
         await self.view.follow(self.js, self.topology)
-        registry = default_registry()
+        registry = default_registry(settings=self.tools)
         registry.load_modules(["tests.support.tools_plugin"])
         self.admission = Admission(
             self.js,

@@ -2,7 +2,7 @@
 server, the file-declared HTTP tools and the `examples.payouts` module, a real worker.
 
 The test process admits through the same `Admission` the surface uses, with a registry built
-from the same environment as the worker's.
+from the same tool settings as the worker's.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from harness.processes import ROOT, ServiceProcess, free_port
-from libs.config import BusSettings
+from libs.config import BusSettings, ToolSettings
 from tests.support.stack import OpsStack
 
 TOOLS_FILE = ROOT / "examples" / "deskapi" / "tools.toml"
@@ -73,19 +73,23 @@ async def desk_stack(
         logs.mkdir()
         desk_port = free_port()
         desk_url = f"http://127.0.0.1:{desk_port}"
+        tools = ToolSettings(
+            modules=("tests.support.tools_plugin", "examples.payouts"), tools_file=str(TOOLS_FILE)
+        )
+        read_by_tools = {"DESK_API_URL": desk_url, "DESK_WEBHOOK_SECRET": SECRET}
         tool_env = {
-            "HOLDLINE_TOOLS_FILE": str(TOOLS_FILE),
-            "HOLDLINE_TOOL_MODULES": "tests.support.tools_plugin,examples.payouts",
-            "DESK_API_URL": desk_url,
-            "DESK_WEBHOOK_SECRET": SECRET,
+            "HOLDLINE_TOOLS_FILE": tools.tools_file,
+            "HOLDLINE_TOOL_MODULES": ",".join(tools.modules),
+            **read_by_tools,
         }
-        for name, value in tool_env.items():
-            # The in-test admission builds its registry from the same environment.
+        for name, value in read_by_tools.items():
+            # The in-test admission loads the same tools: the file and the payouts module
+            # name these variables themselves, and read them as they load.
             monkeypatch.setenv(name, value)
         # Callbacks come long before the worker would poll: a completion "via callback"
         # proves the executor's own route, not a race.
         worker_env = {**tool_env, "HOLDLINE_CALLBACK_OVERDUE_S": "15"}
-        ops = OpsStack(settings=bus_settings, logs=logs, worker_env=worker_env)
+        ops = OpsStack(settings=bus_settings, logs=logs, worker_env=worker_env, tools=tools)
         callbacks = f"http://127.0.0.1:{ops.callback_port}/v1/callbacks"
         desk = ServiceProcess(
             "deskapi",

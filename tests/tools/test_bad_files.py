@@ -14,6 +14,7 @@ import pytest
 
 from harness.processes import ROOT
 from libs.admission import rules
+from libs.config import ToolSettings
 from libs.tools import (
     BusinessLimits,
     DeclarationError,
@@ -115,27 +116,24 @@ def test_a_declared_opt_out_is_accepted(tmp_path: Path) -> None:
     assert registry.tool("open_ticket").open
 
 
-def test_duplicate_names_across_modules_and_the_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("HOLDLINE_TOOL_MODULES", "examples.payouts,tests.tools.dup_module")
-    monkeypatch.delenv("HOLDLINE_TOOLS_FILE", raising=False)
+def test_duplicate_names_across_modules_and_the_file(tmp_path: Path) -> None:
     with pytest.raises(DeclarationError) as twice:
-        default_registry()
+        default_registry(
+            settings=ToolSettings(modules=("examples.payouts", "tests.tools.dup_module"))
+        )
     assert "tests.tools.dup_module" in str(twice.value)
     assert "already declared by module examples.payouts" in str(twice.value)
-    monkeypatch.setenv("HOLDLINE_TOOL_MODULES", "examples.payouts")
     path = _file(tmp_path, GOOD.replace('name = "open_ticket"', 'name = "send_payout"'))
-    monkeypatch.setenv("HOLDLINE_TOOLS_FILE", str(path))
     with pytest.raises(DeclarationError) as clash:
-        default_registry()
+        default_registry(
+            settings=ToolSettings(modules=("examples.payouts",), tools_file=str(path))
+        )
     assert f"{path}: tools[0] ('send_payout'): name:" in str(clash.value)
     assert "module examples.payouts" in str(clash.value)
     # A demo tool's name is taken too.
-    monkeypatch.delenv("HOLDLINE_TOOL_MODULES")
     path.write_text(GOOD.replace('name = "open_ticket"', 'name = "transfer_money"'))
     with pytest.raises(DeclarationError, match="already declared by holdline"):
-        default_registry()
+        default_registry(settings=ToolSettings(tools_file=str(path)))
 
 
 class _Move(msgspec.Struct, frozen=True, kw_only=True):

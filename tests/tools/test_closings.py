@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from libs.config import ToolSettings
 from libs.domain import OperationState, OpStatus
 from libs.tools import default_registry
 from services.batch_coordinator.domain import outcome_of, template_summary
@@ -23,10 +24,10 @@ def _state(tool: str, arguments: dict[str, object], result: dict[str, object]) -
 
 
 def test_closings_use_each_tools_own_words(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HOLDLINE_TOOLS_FILE", str(TOOLS_FILE))
-    monkeypatch.setenv("HOLDLINE_TOOL_MODULES", "examples.payouts")
+    # The tools file names this variable itself (`secret_env`) and reads it as it loads.
     monkeypatch.setenv("DESK_WEBHOOK_SECRET", SECRET)
-    registry = default_registry()
+    tools = ToolSettings(modules=("examples.payouts",), tools_file=str(TOOLS_FILE))
+    registry = default_registry(settings=tools)
     members = [
         _state("open_ticket", {"project": "billing", "title": "Blank PDF"}, {"id": "T-4"}),
         _state("send_payout", {"payee": "bob", "amount": 2500, "account_id": "ana"}, {"id": "P-2"}),
@@ -82,9 +83,9 @@ def test_the_demo_tools_declare_their_labels(
 def test_a_file_tool_is_offered_to_models_with_its_json_schema(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("HOLDLINE_TOOLS_FILE", str(TOOLS_FILE))
     monkeypatch.setenv("DESK_WEBHOOK_SECRET", SECRET)
-    spec = tool_spec(default_registry().tool("refund_order"))
+    tools = ToolSettings(tools_file=str(TOOLS_FILE))
+    spec = tool_spec(default_registry(settings=tools).tool("refund_order"))
     assert spec.cancellable
     assert spec.parameters["required"] == ["order_id", "amount"]
     assert spec.parameters["additionalProperties"] is False

@@ -30,6 +30,7 @@ from services.interaction_surface.voice.engines.deepgram import (
     Transcript,
     VendorError,
 )
+from services.interaction_surface.voice.settings import deepgram_from_env
 
 from .fake_cloud_speech import FakeDeepgram
 from .phone import AUTH_TOKEN, Phone, speech
@@ -379,11 +380,11 @@ async def hear_the_acceptance(
 def test_config_reads_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("DEEPGRAM_API_KEY", raising=False)
     with pytest.raises(SpeechError, match="DEEPGRAM_API_KEY"):
-        DeepgramConfig.from_env()
+        deepgram_from_env()
     monkeypatch.setenv("DEEPGRAM_API_KEY", "k1")
     monkeypatch.setenv("HOLDLINE_DEEPGRAM_URL", "https://dg.example.test/")
     monkeypatch.setenv("HOLDLINE_DEEPGRAM_ENDPOINTING_MS", "250")
-    config = DeepgramConfig.from_env()
+    config = deepgram_from_env()
     assert config.headers == {"Authorization": "Token k1"}
     assert config.listen_url() == (
         "wss://dg.example.test/v1/listen?model=nova-3&language=en&encoding=mulaw"

@@ -16,6 +16,7 @@ from services.interaction_surface.voice.codec import (
 )
 from services.interaction_surface.voice.engines.base import synthesize
 from services.interaction_surface.voice.engines.espeak import EspeakTts
+from services.interaction_surface.voice.settings import vad_from_env
 from services.interaction_surface.voice.vad import (
     VadConfig,
     VadEvent,
@@ -116,7 +117,7 @@ async def test_noise_at_the_callers_level_is_not_confirmed_by_the_rule(name: str
 def test_the_sibilant_thresholds_are_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOLDLINE_VAD_SIBILANT_HIGH", "0")
     monkeypatch.setenv("HOLDLINE_VAD_SIBILANT_FLATNESS", "0.5")
-    config = VadConfig.from_env()
+    config = vad_from_env()
     assert (config.sibilant_high, config.sibilant_flatness) == (0.0, 0.5)
     with pytest.raises(ValueError, match="sibilant"):
         VadConfig(sibilant_high=1.5)

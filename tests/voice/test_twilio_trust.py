@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from twilio.request_validator import RequestValidator, get_signature_algorithm
 
+from services.interaction_surface.voice.settings import trust_from_env
 from services.interaction_surface.voice.trust import (
     HMAC_SHA256,
     TelephonyMisconfigured,
@@ -235,22 +236,22 @@ def env(monkeypatch: pytest.MonkeyPatch, **values: str) -> None:
 
 def test_the_start_up_check_says_what_is_misconfigured(monkeypatch: pytest.MonkeyPatch) -> None:
     env(monkeypatch)
-    (only,) = TrustSettings.from_env().problems()
+    (only,) = trust_from_env().problems()
     assert "TWILIO_AUTH_TOKEN is not set" in only
     env(monkeypatch, TWILIO_AUTH_TOKEN=TOKEN)
-    (only,) = TrustSettings.from_env().problems()
+    (only,) = trust_from_env().problems()
     assert "neither HOLDLINE_PUBLIC_URL nor HOLDLINE_TRUSTED_PROXIES" in only
     env(monkeypatch, TWILIO_AUTH_TOKEN=TOKEN, HOLDLINE_PUBLIC_URL="http://calls.example.com/x")
-    problems: list[Any] = TrustSettings.from_env().problems()
+    problems: list[Any] = trust_from_env().problems()
     assert any("31922" in p for p in problems)
     assert any("without a path" in p for p in problems)
     env(monkeypatch, TWILIO_AUTH_TOKEN=TOKEN, HOLDLINE_PUBLIC_URL="https://calls.example.com/")
-    assert TrustSettings.from_env().problems() == []
-    assert TrustSettings.from_env().public_url == "https://calls.example.com"
+    assert trust_from_env().problems() == []
+    assert trust_from_env().public_url == "https://calls.example.com"
     env(monkeypatch, TWILIO_WEBHOOK_SHARED_KEYS="k1:secret")
-    assert any("without TWILIO_AUTH_TOKEN" in p for p in TrustSettings.from_env().problems())
+    assert any("without TWILIO_AUTH_TOKEN" in p for p in trust_from_env().problems())
     env(monkeypatch, TWILIO_AUTH_TOKEN=TOKEN, HOLDLINE_TRUSTED_PROXIES="10.0.0.0/8, ::1")
-    assert TrustSettings.from_env().problems() == []
+    assert trust_from_env().problems() == []
     for name, value, match in (
         ("HOLDLINE_TRUSTED_PROXIES", "10.0.0.0/8,proxy.local", "proxy.local"),
         ("TWILIO_WEBHOOK_SHARED_KEYS", "nokey", "key_id:secret"),
@@ -258,6 +259,6 @@ def test_the_start_up_check_says_what_is_misconfigured(monkeypatch: pytest.Monke
     ):
         env(monkeypatch, **{name: value})
         with pytest.raises(TelephonyMisconfigured, match=match):
-            TrustSettings.from_env()
+            trust_from_env()
     env(monkeypatch, HOLDLINE_REQUIRE_TWILIO_AUTH="1", TWILIO_AUTH_TOKEN=TOKEN)
-    assert TrustSettings.from_env().signed
+    assert trust_from_env().signed

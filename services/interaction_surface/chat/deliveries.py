@@ -389,6 +389,7 @@ class DeliveryExecutor:
             self._rt.topology.session_subject(env.session_id),
             env,
             msg_id=msg_id,
+            timings=self._rt.timings,
         )
         metrics.EVENTS_PUBLISHED.labels(stream="interaction").inc()
         if not ack.duplicate:
@@ -412,6 +413,7 @@ class DeliveryExecutor:
             self._rt.topology.delivery_subject(state.session_id, state.delivery_id),
             env,
             expected_last_subject_seq=self._view.delivery_seq(state.delivery_id),
+            timings=self._rt.timings,
         )
         metrics.EVENTS_PUBLISHED.labels(stream="deliveries").inc()
         await self._view.wait_applied(Context.DELIVERIES, ack.seq)

@@ -319,7 +319,8 @@ class Turns:
             try:
                 with metrics.turn_phase("received_append"):
                     ack = await append(
-                        self._rt.jetstream, INTERACTION, subject, env, expected_last_subject_seq=seq
+                        self._rt.jetstream, INTERACTION, subject, env,
+                        expected_last_subject_seq=seq, timings=self._rt.timings,
                     )
             except ConcurrencyConflict:
                 # Someone wrote to the session since our view of it: catch up and look again.
@@ -438,7 +439,9 @@ class Turns:
         )
         subject = self._rt.topology.session_subject(ctx.session_id)
         with metrics.turn_phase("replied_append"):
-            ack = await append(self._rt.jetstream, INTERACTION, subject, env)
+            ack = await append(
+                self._rt.jetstream, INTERACTION, subject, env, timings=self._rt.timings
+            )
         metrics.EVENTS_PUBLISHED.labels(stream="interaction").inc()
         with metrics.turn_phase("replied_applied"):
             await self._view.wait_applied(Context.INTERACTION, ack.seq)
@@ -489,6 +492,7 @@ class Turns:
                     subject,
                     env,
                     expected_last_subject_seq=self._view.delivery_seq(delivery_id),
+                    timings=self._rt.timings,
                 )
             except ConcurrencyConflict:
                 # The delivery's status and sequence are all that is read again.

@@ -22,8 +22,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from libs.config import env_float, env_int, env_str
-
 DEFAULT_BACKCHANNELS = (
     "mm hmm", "mhm", "mm", "hmm", "uh huh", "aha", "right", "sí", "si",
 )
@@ -53,17 +51,6 @@ class FloorConfig:
     continue_on_backchannel: bool = True
     confirm_below: float = 0.6
     confirm_unknown: bool = True
-
-    @classmethod
-    def from_env(cls) -> FloorConfig:
-        """Read the configuration."""
-        raw = env_str("HOLDLINE_BACKCHANNELS", ",".join(DEFAULT_BACKCHANNELS))
-        return cls(
-            backchannels=frozenset(normalise(p) for p in raw.split(",") if normalise(p)),
-            continue_on_backchannel=env_int("HOLDLINE_BACKCHANNEL_CONTINUE", 1) != 0,
-            confirm_below=env_float("HOLDLINE_STT_CONFIRM_BELOW", 0.6),
-            confirm_unknown=env_int("HOLDLINE_STT_CONFIRM_UNKNOWN", 1) != 0,
-        )
 
 
 def is_backchannel(text: str, config: FloorConfig) -> bool:

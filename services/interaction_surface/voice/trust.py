@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
-from libs.config import env_bool, env_float, env_str
-
 SIGNATURE_HEADER = "x-twilio-signature"
 SETTINGS_HEADER = "x-twilio-webhooks-signature-settings"
 TICKET = "ticket"
@@ -113,7 +111,7 @@ def signature_settings(header: str | None) -> tuple[str, str | None]:
 # ---------------------------------------------------------------------- settings
 
 
-def _networks(raw: str) -> tuple[Network, ...]:
+def parse_networks(raw: str) -> tuple[Network, ...]:
     found: list[Network] = []
     for item in raw.split(","):
         if not item.strip():
@@ -127,7 +125,7 @@ def _networks(raw: str) -> tuple[Network, ...]:
     return tuple(found)
 
 
-def _shared_keys(raw: str) -> dict[str, str]:
+def parse_shared_keys(raw: str) -> dict[str, str]:
     keys: dict[str, str] = {}
     for item in raw.split(","):
         if not item.strip():
@@ -151,27 +149,6 @@ class TrustSettings:
     public_url: str = ""
     trusted_proxies: tuple[Network, ...] = ()
     ticket_ttl_s: float = 300.0
-
-    @classmethod
-    def from_env(cls) -> TrustSettings:
-        """`TWILIO_AUTH_TOKEN`, `TWILIO_WEBHOOK_SHARED_KEYS`, `HOLDLINE_PUBLIC_URL`,
-        `HOLDLINE_TRUSTED_PROXIES`, `HOLDLINE_CALL_TICKET_TTL_S`; with
-        `HOLDLINE_REQUIRE_TWILIO_AUTH=1` a missing auth token refuses the start."""
-        settings = cls(
-            auth_token=env_str("TWILIO_AUTH_TOKEN", ""),
-            shared_keys=_shared_keys(env_str("TWILIO_WEBHOOK_SHARED_KEYS", "")),
-            public_url=env_str("HOLDLINE_PUBLIC_URL", "").rstrip("/"),
-            trusted_proxies=_networks(env_str("HOLDLINE_TRUSTED_PROXIES", "")),
-            ticket_ttl_s=env_float("HOLDLINE_CALL_TICKET_TTL_S", 300.0),
-        )
-        if env_bool("HOLDLINE_REQUIRE_TWILIO_AUTH", default=False) and not settings.auth_token:
-            raise TelephonyMisconfigured(
-                "HOLDLINE_REQUIRE_TWILIO_AUTH=1 but TWILIO_AUTH_TOKEN is not set: refusing "
-                "to start a surface whose phone sessions anyone could open"
-            )
-        if settings.ticket_ttl_s <= 0:
-            raise TelephonyMisconfigured("HOLDLINE_CALL_TICKET_TTL_S must be positive")
-        return settings
 
     @property
     def signed(self) -> bool:

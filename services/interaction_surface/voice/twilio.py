@@ -35,6 +35,7 @@ from nats.js.kv import KeyValue
 from libs import metrics
 from libs.bus import append
 from libs.clock import Clock, Ids
+from libs.config import DEFAULT_TIMINGS, BusTimings
 from libs.domain import SessionState
 from libs.events import (
     CONTROL,
@@ -477,6 +478,7 @@ async def append_control(
     *,
     clock: Clock,
     ids: Ids,
+    timings: BusTimings = DEFAULT_TIMINGS,
     **refs: Any,
 ) -> None:
     """Append a control event to the session's control subject."""
@@ -484,5 +486,5 @@ async def append_control(
         event_id=ids.new("ev"), occurred_at=clock.now(), session_id=session_id, event=event,
         **refs,
     )
-    await append(js, CONTROL, topology.control_subject(session_id), env)
+    await append(js, CONTROL, topology.control_subject(session_id), env, timings=timings)
     metrics.EVENTS_PUBLISHED.labels(stream="control").inc()

@@ -33,18 +33,14 @@ caller level, the state machine) are one decision and are tuned together on one 
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 import numpy as np
 import webrtcvad
-
-from libs.config import env_float, env_int, env_str
 
 from .codec import FRAME_MS, PCM_FRAME_BYTES, RATE, rms
 
@@ -87,6 +83,8 @@ class VadConfig:
     sibilant_high: float = 0.70
     # ...and a spectrum less flat than this (white line hiss is flat, about 0.8).
     sibilant_flatness: float = 0.72
+    # `HOLDLINE_VAD_MODEL_PATH`: the Silero ONNX file; empty: the one the wheel ships.
+    model_path: str = ""
 
     def __post_init__(self) -> None:
         if not 0 <= self.aggressiveness <= 3:
@@ -101,24 +99,6 @@ class VadConfig:
             raise ValueError("speech probability in (0, 1), confirm_ms and level_db >= 0")
         if not 0 <= self.sibilant_high < 1 or not 0 < self.sibilant_flatness <= 1:
             raise ValueError("sibilant_high in [0, 1), sibilant_flatness in (0, 1]")
-
-    @classmethod
-    def from_env(cls) -> VadConfig:
-        """Read the configuration."""
-        return cls(
-            aggressiveness=env_int("HOLDLINE_VAD_AGGRESSIVENESS", 2),
-            min_speech_ms=env_int("HOLDLINE_VAD_MIN_SPEECH_MS", 60),
-            endpoint_silence_ms=env_int("HOLDLINE_VAD_ENDPOINT_MS", 500),
-            min_rms=env_int("HOLDLINE_VAD_MIN_RMS", 200),
-            false_interruption_ms=env_int("HOLDLINE_FALSE_INTERRUPTION_MS", 600),
-            detector=env_str("HOLDLINE_VAD_DETECTOR", "silero"),
-            speech_prob=env_float("HOLDLINE_VAD_SPEECH_PROB", 0.5),
-            confirm_ms=env_int("HOLDLINE_VAD_CONFIRM_MS", 32),
-            confirm_window_ms=env_int("HOLDLINE_VAD_CONFIRM_WINDOW_MS", 160),
-            level_db=env_float("HOLDLINE_VAD_LEVEL_DB", 8.0),
-            sibilant_high=env_float("HOLDLINE_VAD_SIBILANT_HIGH", 0.70),
-            sibilant_flatness=env_float("HOLDLINE_VAD_SIBILANT_FLATNESS", 0.72),
-        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,13 +137,13 @@ class SileroUnavailable(Exception):
     """The Silero model file or onnxruntime is missing."""
 
 
-def silero_model_path() -> Path:
-    """`HOLDLINE_VAD_MODEL_PATH`, else the ONNX file the installed silero-vad wheel ships.
+def silero_model_path(explicit: str = "") -> Path:
+    """`explicit` (`VadConfig.model_path`), else the ONNX file the installed silero-vad
+    wheel ships.
 
     Found through the distribution's metadata, so the package (which imports torch) is
     never imported, and nothing is downloaded.
     """
-    explicit = os.environ.get("HOLDLINE_VAD_MODEL_PATH")
     if explicit:
         path = Path(explicit)
     else:
@@ -179,10 +159,18 @@ def silero_model_path() -> Path:
     return path
 
 
-@cache
-def _session() -> Any:
+_loaded: list[Any] = []
+
+
+def _session(model_path: str = "") -> Any:
     """One inference session per process: the model's recurrent state is an input, so
-    every call keeps its own state and shares the session."""
+    every call keeps its own state and shares the session. The first load's file wins."""
+    if not _loaded:
+        _loaded.append(_open_session(model_path))
+    return _loaded[0]
+
+
+def _open_session(model_path: str) -> Any:
     try:
         import onnxruntime  # noqa: PLC0415 - only the silero detector needs it
     except ImportError as exc:
@@ -193,13 +181,13 @@ def _session() -> Any:
     options.inter_op_num_threads = 1
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return onnxruntime.InferenceSession(
-        str(silero_model_path()), sess_options=options, providers=["CPUExecutionProvider"]
+        str(silero_model_path(model_path)), sess_options=options, providers=["CPUExecutionProvider"]
     )
 
 
-def load_silero() -> None:
+def load_silero(model_path: str = "") -> None:
     """Load the model now (start-up), so a missing file fails the start, not a call."""
-    _session()
+    _session(model_path)
 
 
 class SileroStream:

@@ -20,6 +20,7 @@ from ..chat.deliveries import DeliveryExecutor
 from ..chat.turns import TurnInput
 from .call import CallRegistry, Review, SpeechPorts
 from .engines.base import SpeechError, SpeechToText, TextToSpeech, synthesize
+from .engines.deepgram import DeepgramStt, DeepgramTts
 from .engines.espeak import EspeakTts
 from .engines.pocketsphinx import PocketsphinxStt
 from .engines.registry import register_stt, register_tts, stt_named, tts_named
@@ -159,6 +160,8 @@ async def start_voice(
     settings = telephony.voice
     # Built in first, so a user's module may still replace it.
     register_tts("espeak", lambda: EspeakTts(voice=settings.tts_voice, wpm=settings.tts_wpm))
+    register_tts("deepgram", lambda: DeepgramTts(settings.deepgram_config()))
+    register_stt("deepgram", lambda: DeepgramStt(settings.deepgram_config()))
     for name in settings.speech_modules:
         importlib.import_module(name)
     rt = surface.runtime
@@ -174,7 +177,7 @@ async def start_voice(
     async def control(session_id: str, event: Any, **ids: Any) -> None:
         await append_control(
             rt.jetstream, rt.topology, session_id, event,
-            clock=surface.clock, ids=surface.ids, **ids,
+            clock=surface.clock, ids=surface.ids, timings=rt.timings, **ids,
         )
 
     async def turn(
@@ -212,7 +215,7 @@ async def start_voice(
     vad = settings.vad
     if vad.detector == "silero":
         # At start-up: a missing model fails the start, not the first call.
-        load_silero()
+        load_silero(settings.vad.model_path)
     tts = tts_named(settings.tts)
     ports = SpeechPorts(
         tts=tts,

@@ -34,8 +34,6 @@ import httpx
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
-from libs.config import env_float, env_int, env_str
-
 from ..codec import RATE, pcm16_to_ulaw
 from ..floor import Word
 from .base import SpeechError
@@ -82,25 +80,6 @@ class DeepgramConfig:
     keepalive_s: float = 4.0
     # A recognizer nobody feeds or finishes (the call vanished) lets go of its socket.
     idle_close_s: float = 8.0
-
-    @classmethod
-    def from_env(cls) -> DeepgramConfig:
-        """Read the configuration; no key is a configuration error, not a silent fallback."""
-        key = env_str("DEEPGRAM_API_KEY", "")
-        if not key:
-            raise SpeechError("DEEPGRAM_API_KEY is not set")
-        # Defaults spelled out: with slots, class attributes are descriptors, not values.
-        return cls(
-            api_key=key,
-            base_url=env_str("HOLDLINE_DEEPGRAM_URL", "https://api.deepgram.com").rstrip("/"),
-            stt_model=env_str("HOLDLINE_DEEPGRAM_STT_MODEL", "nova-3"),
-            tts_model=env_str("HOLDLINE_DEEPGRAM_TTS_MODEL", "aura-2-thalia-en"),
-            language=env_str("HOLDLINE_LANGUAGE", "en"),
-            endpointing_ms=env_int("HOLDLINE_DEEPGRAM_ENDPOINTING_MS", 300),
-            timeout_s=env_float("HOLDLINE_DEEPGRAM_TIMEOUT_S", 5.0),
-            retries=env_int("HOLDLINE_DEEPGRAM_RETRIES", 2),
-            finalize_s=env_float("HOLDLINE_DEEPGRAM_FINALIZE_S", 2.0),
-        )
 
     @property
     def headers(self) -> dict[str, str]:
@@ -149,11 +128,6 @@ class DeepgramStt:
 
     def __init__(self, config: DeepgramConfig) -> None:
         self.config = config
-
-    @classmethod
-    def from_env(cls) -> DeepgramStt:
-        """The engine `HOLDLINE_STT=deepgram` builds."""
-        return cls(DeepgramConfig.from_env())
 
     def session(self) -> DeepgramRecognizer:
         """A recognizer streaming to the vendor from now on (needs a running loop)."""
@@ -398,11 +372,6 @@ class DeepgramTts:
     def __init__(self, config: DeepgramConfig) -> None:
         self.config = config
         self._http: httpx.AsyncClient | None = None
-
-    @classmethod
-    def from_env(cls) -> DeepgramTts:
-        """The engine `HOLDLINE_TTS=deepgram` builds."""
-        return cls(DeepgramConfig.from_env())
 
     def _client(self) -> httpx.AsyncClient:
         if self._http is None:

@@ -2,8 +2,8 @@
 
 A cloud engine plugs in with `register_tts` / `register_stt` from a user's module
 (`HOLDLINE_SPEECH_MODULES`); `espeak` and `deepgram` are built in (wiring.py registers
-espeak-ng with its configured voice and pocketsphinx with its primer). This module imports
-the engines, never the other way round.
+espeak-ng with its configured voice, Deepgram with its `VoiceSettings.deepgram` and
+pocketsphinx with its primer). This module imports the engines, never the other way round.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .base import SpeechError, SpeechToText, TextToSpeech
-from .deepgram import DeepgramStt, DeepgramTts
 from .espeak import EspeakTts
 
 TtsFactory = Callable[[], TextToSpeech]
@@ -46,14 +45,4 @@ def stt_named(name: str) -> SpeechToText | None:
     return _STT[name]()
 
 
-def _deepgram_tts() -> TextToSpeech:
-    return DeepgramTts.from_env()
-
-
-def _deepgram_stt() -> SpeechToText:
-    return DeepgramStt.from_env()
-
-
-register_tts("deepgram", _deepgram_tts)
-register_stt("deepgram", _deepgram_stt)
 register_tts("espeak", EspeakTts)
