@@ -67,6 +67,9 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             "HOLDLINE_VAD_MIN_SPEECH_MS": "60",
             "HOLDLINE_VAD_ENDPOINT_MS": "400",
             "HOLDLINE_SANDBOX_CALLBACK_TWICE": "1",
+            # No cut is part of these scenarios: the agent's audio goes out whole and the
+            # phone plays it four times faster (a clear would still flush it, and show).
+            "HOLDLINE_PLAYOUT_LEAD_MS": "0",
         },
     )
 
@@ -79,7 +82,8 @@ def ids(answer: dict[str, Any]) -> tuple[str, list[str]]:
 
 
 async def dial(stack: SurfaceStack, chat: Chat, **options: Any) -> Phone:
-    """A call continuing the chat's session."""
+    """A call continuing the chat's session, played back at four times the pace."""
+    options.setdefault("speed", 4.0)
     phone = Phone(stack.url, {"session_id": chat.session_id, "token": chat.token}, **options)
     await phone.dial()
     return phone
@@ -396,7 +400,7 @@ async def test_process_restarts_after_the_effect_and_before_the_follow_up(
     # The caller calls back and asks. The closing is still owed: it rides on the reply, or
     # comes on its own. (Not proactively on dialling: the session still holds the dead
     # call's "caller speaking", which only the next turn clears.)
-    again = await dial(stack, chat, speed=4.0)
+    again = await dial(stack, chat)
     await again.talk(await speech("what is the status"), realtime=False)
     record, closing = await closed_once(stack, chat, batch, {op: "committed"}, said_as="spoken")
     assert f"All done: {name}." in closing["text"]
