@@ -5,7 +5,8 @@ HTTP API and WebSocket stream, a Twilio-protocol phone, the provider's fault end
 kill -9 and named crash points) and asserts, through `checks`: durable state read from the
 streams, side effects from the provider's ledger, exactly one final delivery said once,
 causal order on the timeline, and what the user saw (history, stream) or heard (marks).
-`test_conversation` runs on chat, `test_voice` on a phone call; one system per module.
+`test_conversation` runs on chat, `test_voice` and `test_voice_catalog` on a phone call
+(every scenario of seed 002's list runs on a call); one system per module.
 
 Each entry: seed scenario → test here; (narrower earlier variant, where one exists).
 
@@ -49,21 +50,27 @@ Seed 002 ("reactive and proactive voice agents"), "what to test before productio
 
 - the tool finishes while the user is still speaking
   → test_conversation::test_tool_finishes_while_the_user_is_still_speaking
+  → test_voice_catalog::test_tool_finishes_while_the_user_is_still_speaking
+    (the caller talks over the commit; the closing waits, then is heard once)
   (coordination/test_scenarios::test_tool_finishes_while_the_user_is_speaking)
 - the tool finishes during playback
   → test_voice::test_tool_finishes_during_playback
   (coordination/test_scenarios::test_tool_finishes_during_playback)
 - two tools of the same batch finish in reverse order
   → test_conversation::test_two_tools_of_the_same_batch_finish_in_reverse_order
+  → test_voice_catalog::test_two_tools_of_the_same_batch_finish_in_reverse_order
+    (asked for by voice)
   (coordination/test_scenarios::test_two_members_finish_in_reverse_order)
 - a callback arrives twice
   → test_conversation::test_duplicated_result (the same scenario as seed 000's)
+  → test_voice_catalog::test_a_callback_arrives_twice
   (coordination/test_scenarios::test_a_callback_arrives_twice)
 - the user interrupts before hearing the closing
   → test_voice::test_user_interrupts_before_hearing_the_closing
   (voice/test_calls::test_barge_in_clears_the_closing_keeps_the_operation_and_retries_shorter)
 - the user explicitly cancels an operation
   → test_conversation::test_user_explicitly_cancels_an_operation
+  → test_voice_catalog::test_user_explicitly_cancels_an_operation (cancelled by voice)
   (operations/test_cancel_compensate::
    test_cancel_while_running_asks_the_provider_and_waits_for_its_answer)
 - the channel disconnects with pending deliveries
@@ -71,6 +78,8 @@ Seed 002 ("reactive and proactive voice agents"), "what to test before productio
   (voice/test_calls::test_disconnect_with_pending_closing_then_next_call_hears_it)
 - the process restarts after the effect and before the follow-up
   → test_conversation::test_process_restarts_after_the_effect_and_before_the_follow_up
+  → test_voice_catalog::test_process_restarts_after_the_effect_and_before_the_follow_up
+    (the surface and the policy die while the caller talks; the next call hears it)
   (coordination/test_scenarios::test_restart_after_the_effect_and_before_the_follow_up)
 - a new intent makes an earlier update stale
   → test_conversation::test_late_result_after_the_intent_changed
@@ -78,9 +87,12 @@ Seed 002 ("reactive and proactive voice agents"), "what to test before productio
   → test_conversation::test_stale_update_is_not_said_after_the_intent_changed
     (the stale closing waited for the very turn that changed the intent: that turn
     supersedes it after admission, and its reply never says it)
+  → test_voice_catalog::test_a_new_intent_makes_an_earlier_update_stale
+    (the closing waits while the caller talks; the new intent supersedes it unplayed)
   (coordination/test_scenarios::test_a_new_intent_makes_an_earlier_update_stale)
 - an urgent result interrupts and a normal one waits
   → test_conversation::test_an_urgent_result_interrupts_and_a_normal_one_waits
+  → test_voice_catalog::test_an_urgent_result_interrupts_and_a_normal_one_waits
   (coordination/test_scenarios::test_an_urgent_result_interrupts_while_a_normal_one_waits)
 - the TTS generated audio Twilio has not played yet
   → test_voice::test_tts_generated_audio_twilio_has_not_played

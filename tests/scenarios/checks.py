@@ -4,7 +4,7 @@
 - side effects: the sandbox provider's ledger;
 - final deliveries: `delivery.ready` of kind `final` per batch, and how often one was said;
 - causal order: the surface's timeline;
-- what the user saw or heard: the snapshot's history and the phone's marks.
+- what the user saw or heard: the snapshot's history and the phone's marks (`heard_once`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from harness.surface import COMMON_ENV, Chat, SurfaceStack, effects, eventually
 from libs.bus import EVENT_CODECS, Context, Received, Topology, connect, read_subject
 from libs.config import BusSettings
 from tests.support.drained import settled
+from tests.voice.phone import Phone
 
 # How long a closing's batch is watched for anything late once the closing was said: longer
 # than the ack wait of the stacks (harness/surface.py; unset, the production default is the
@@ -220,3 +221,43 @@ def marks_of(events: list[dict[str, Any]], delivery_id: str) -> list[str]:
     ]
     assert marks, f"{delivery_id} was never played"
     return marks
+
+
+def event_of(record: Durable, context: Context, kind: str, **ids: str) -> Any:
+    """The body of the first stored event of a type carrying the given ids."""
+    for item in record.events[context]:
+        if tag(item) == kind and all(getattr(item.envelope, k) == v for k, v in ids.items()):
+            return item.envelope.event
+    raise AssertionError(f"no {kind} with {ids}")
+
+
+async def callbacks_delivered(stack: SurfaceStack) -> float:
+    """Completion callbacks the provider has delivered so far."""
+    async with httpx.AsyncClient(base_url=stack.provider_url) as http:
+        text = (await http.get("/metrics")).text
+    for line in text.splitlines():
+        if line.startswith('holdline_sandbox_callbacks_total{outcome="delivered"}'):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def voice_batch(chat: Chat, resource: str) -> tuple[str, str]:
+    """The batch and operation a spoken request for `resource` admitted."""
+
+    async def admitted() -> tuple[str, str] | None:
+        for op in (await chat.snapshot())["operations"]:
+            if op["label"] == resource:
+                return op["batch_id"], op["operation_id"]
+        return None
+
+    return await eventually(admitted, timeout_s=20)
+
+
+async def heard_once(phone: Phone, chat: Chat, delivery_id: str) -> None:
+    """The caller heard the delivery: its last playback's mark came back with no clear."""
+    marks = marks_of(await timeline(chat), delivery_id)
+    await phone.wait_for(marks[-1])
+    # A retry reuses its mark name: the last utterance under it is the one that counted.
+    heard = [u for u in phone.utterances if u.mark == marks[-1]][-1]
+    assert heard.returned_at is not None
+    assert not heard.flushed

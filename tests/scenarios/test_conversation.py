@@ -26,9 +26,11 @@ from libs.bus import Context
 
 from .checks import (
     Durable,
+    callbacks_delivered,
     closed_once,
     durable,
     effects_of,
+    event_of,
     final_said,
     held_back,
     in_order,
@@ -83,24 +85,6 @@ async def test_timeout_after_sending_a_mutation(
     assert attempts[0].outcome == "timeout_after_send"
     in_order(kinds, "operation.started", "operation.attempted", "operation.committed")
     assert await effects_of(stack, name) == {name: 1}
-
-
-async def callbacks_delivered(stack: SurfaceStack) -> float:
-    """Completion callbacks the provider has delivered so far."""
-    async with httpx.AsyncClient(base_url=stack.provider_url) as http:
-        text = (await http.get("/metrics")).text
-    for line in text.splitlines():
-        if line.startswith('holdline_sandbox_callbacks_total{outcome="delivered"}'):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
-def event_of(record: Durable, context: Context, kind: str, **ids: str) -> Any:
-    """The body of the first stored event of a type carrying the given ids."""
-    for item in record.events[context]:
-        if tag(item) == kind and all(getattr(item.envelope, k) == v for k, v in ids.items()):
-            return item.envelope.event
-    raise AssertionError(f"no {kind} with {ids}")
 
 
 async def test_duplicated_result(client: httpx.AsyncClient, stack: SurfaceStack) -> None:

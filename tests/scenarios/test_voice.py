@@ -23,9 +23,11 @@ from .checks import (
     durable,
     effects_of,
     final_said,
+    heard_once,
     in_order,
     marks_of,
     timeline,
+    voice_batch,
 )
 from .conftest import running
 
@@ -59,28 +61,6 @@ def ids(answer: dict[str, Any]) -> tuple[str, list[str]]:
 def params(chat: Any) -> dict[str, str]:
     """customParameters continuing a chat session on the call."""
     return {"session_id": chat.session_id, "token": chat.token}
-
-
-async def voice_batch(chat: Any, resource: str) -> tuple[str, str]:
-    """The batch and operation the caller's spoken request admitted."""
-
-    async def admitted() -> tuple[str, str] | None:
-        for op in (await chat.snapshot())["operations"]:
-            if op["label"] == resource:
-                return op["batch_id"], op["operation_id"]
-        return None
-
-    return await eventually(admitted, timeout_s=20)
-
-
-async def heard_once(phone: Phone, chat: Any, delivery_id: str) -> None:
-    """The caller heard the delivery: its last playback's mark came back with no clear."""
-    marks = marks_of(await timeline(chat), delivery_id)
-    await phone.wait_for(marks[-1])
-    # A retry reuses its mark name: the last utterance under it is the one that counted.
-    heard = [u for u in phone.utterances if u.mark == marks[-1]][-1]
-    assert heard.returned_at is not None
-    assert not heard.flushed
 
 
 async def test_barge_in_before_admitted(client: httpx.AsyncClient, stack: SurfaceStack) -> None:
