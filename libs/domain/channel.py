@@ -160,16 +160,28 @@ def evolve_channel(state: ChannelState | None, env: Envelope[InteractionEvent]) 
             return replace(state, playback_active=False)
         case ChannelConnected(channel=kind, connection_id=conn):
             connections = {**state.connections, conn: kind}
-            return replace(state, connections=MappingProxyType(connections), last_kind=kind)
+            # A caller who just dialled is not speaking yet, whatever an older call left.
+            speaking = state.user_speaking and kind != "voice"
+            return replace(
+                state,
+                connections=MappingProxyType(connections),
+                last_kind=kind,
+                user_speaking=speaking,
+            )
         case ChannelDisconnected(channel=kind, connection_id=conn):
             connections = {k: v for k, v in state.connections.items() if k != conn}
-            # A call that hangs up leaves nobody to speak to, and no playback either.
+            # A call that hangs up leaves nobody to speak to, and no playback either; nor a
+            # caller still speaking (a call that died mid-sentence never recorded the stop).
             playback = state.playback_active and bool(connections)
+            speaking = state.user_speaking and (
+                kind != "voice" or "voice" in connections.values()
+            )
             return replace(
                 state,
                 connections=MappingProxyType(connections),
                 last_kind=kind,
                 playback_active=playback,
+                user_speaking=speaking,
             )
     return state
 

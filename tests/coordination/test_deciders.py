@@ -29,6 +29,7 @@ from libs.events import (
     BatchDrained,
     BatchOpened,
     ChannelConnected,
+    ChannelDisconnected,
     DeliveryDecided,
     DeliveryReady,
     DeliveryRequeued,
@@ -256,6 +257,39 @@ def test_nothing_is_said_while_the_user_speaks_unless_urgent(
         if delivery.handed_off:
             # The surface said it; the next closing is another delivery.
             delivery = _delivery(priority=delivery.priority, ready_at=now)
+
+
+def test_a_call_that_died_mid_sentence_leaves_no_caller_speaking() -> None:
+    channel = evolve_channel(None, _env(SessionOpened(user_id="u1", tenant_id="t", agent="a",
+                                                      token_hash="h")))
+    for event in (
+        ChannelConnected(channel="voice", connection_id="call_1"),
+        ChannelConnected(channel="agent", connection_id="agent_1"),
+        SpeechStarted(stream_ms=40),
+    ):
+        channel = evolve_channel(channel, _env(event))
+    # Another channel leaving says nothing of the caller.
+    gone_agent = evolve_channel(
+        channel, _env(ChannelDisconnected(channel="agent", connection_id="agent_1"))
+    )
+    assert gone_agent.user_speaking
+    # The call's end recorded for a dead surface: no speech.stopped ever came.
+    gone = evolve_channel(
+        gone_agent,
+        _env(ChannelDisconnected(channel="voice", connection_id="call_1", reason="owner_lost")),
+    )
+    assert not gone.user_speaking
+    # The caller's next call gets what is owed at once, not after a turn.
+    back = evolve_channel(gone, _env(ChannelConnected(channel="voice", connection_id="call_2")))
+    view = SessionView(channel=back, ops={})
+    [decided] = decide_delivery(_delivery(ready_at=T0), view, T0, POLICY).events
+    assert isinstance(decided, DeliveryDecided)
+    assert decided.decision == "deliver_now"
+    # Called back before the dead call's end was recorded: the new call is not speaking.
+    again = evolve_channel(
+        gone_agent, _env(ChannelConnected(channel="voice", connection_id="call_2"))
+    )
+    assert not again.user_speaking
 
 
 # ------------------------------------------------------------------ sync mode

@@ -70,6 +70,8 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             # No cut is part of these scenarios: the agent's audio goes out whole and the
             # phone plays it four times faster (a clear would still flush it, and show).
             "HOLDLINE_PLAYOUT_LEAD_MS": "0",
+            # A call whose surface died is found dead (and its end recorded) within seconds.
+            "HOLDLINE_CALL_OWNER_TTL_S": "3",
         },
     )
 
@@ -397,11 +399,9 @@ async def test_process_restarts_after_the_effect_and_before_the_follow_up(
         await asyncio.to_thread(stack.procs[role].wait_ready, 60)
     [owed] = (await durable(stack, chat.session_id)).finals(batch)
     never_played(await timeline(chat), phone, owed)
-    # The caller calls back and asks. The closing is still owed: it rides on the reply, or
-    # comes on its own. (Not proactively on dialling: the session still holds the dead
-    # call's "caller speaking", which only the next turn clears.)
+    # The caller calls back and says nothing: the restarted surface recorded the dead call's
+    # end (so no caller is left speaking on it), and the owed closing comes on its own.
     again = await dial(stack, chat)
-    await again.talk(await speech("what is the status"), realtime=False)
     record, closing = await closed_once(stack, chat, batch, {op: "committed"}, said_as="spoken")
     assert f"All done: {name}." in closing["text"]
     in_order(record.kinds(Context.DELIVERIES, batch_id=batch),

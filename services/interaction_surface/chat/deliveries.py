@@ -248,7 +248,7 @@ class DeliveryExecutor:
             return
         dead = self._calls_of(state.session_id)
         for connection_id in dead:
-            await self._write_lost(state, connection_id)
+            await self._write_lost(state.session_id, connection_id)
         reason = lost_reason(dead)
         current = self._view.deliveries.get(state.delivery_id)
         if current is not None and current.status is DeliveryStatus.SENT:
@@ -269,12 +269,30 @@ class DeliveryExecutor:
                 return True
         return False
 
-    async def _write_lost(self, state: DeliveryState, connection_id: str) -> None:
+    async def _record_lost_calls(self) -> None:
+        """Calls still recorded attached whose surface died: record their end for them.
+
+        Without it a session keeps a caller attached that nobody holds (and, if the call died
+        mid-sentence, a caller speaking), so what it is owed waits for a turn instead of the
+        caller's next call. A call is claimed before it is recorded attached, so an unclaimed
+        one is a dead one.
+        """
+        if self.ownership is None or not self.ownership.ready:
+            return
+        for session_id, session in list(self._view.sessions.states.items()):
+            local = self._calls.get(session_id) if self._calls is not None else None
+            for connection_id in sorted(c for c in session.connections if c.startswith("call_")):
+                if local is not None and local.connection_id == connection_id:
+                    continue
+                if await self.ownership.owner_of(connection_id) is None:
+                    await self._write_lost(session_id, connection_id)
+
+    async def _write_lost(self, session_id: str, connection_id: str) -> None:
         """The call's process died without recording its end: record it for it."""
         env = Envelope(
             event_id=self._ids.new("ev"),
             occurred_at=self._clock.now(),
-            session_id=state.session_id,
+            session_id=session_id,
             event=ChannelDisconnected(
                 channel="voice", connection_id=connection_id, reason="owner_lost"
             ),
@@ -302,6 +320,7 @@ class DeliveryExecutor:
 
     async def sweep(self) -> int:
         """Settle deliveries left `sent` on calls nobody holds any more; how many were looked at."""
+        await self._record_lost_calls()
         agent = self.agent
         stuck = [
             d.delivery_id for d in list(self._view.deliveries.states.values())
