@@ -119,6 +119,8 @@ class DurableConsumer(Generic[B]):
         self._group_by = group_by
         self._max_in_flight = max_in_flight
         self._partition = partition
+        # The labelled gauge once, not a label lookup per message.
+        self._lag = CONSUMER_LAG.labels(consumer=spec.durable)
         self._in_flight: set[asyncio.Task[None]] = set()
         self._locks: dict[str, asyncio.Lock] = {}
         self._waiting: dict[str, int] = {}
@@ -289,8 +291,8 @@ class DurableConsumer(Generic[B]):
             stream_seq=meta.sequence.stream,
             num_delivered=meta.num_delivered,
         )
-        CONSUMER_LAG.labels(consumer=self.spec.durable).set(meta.num_pending)
-        heartbeat = asyncio.create_task(self._heartbeat(msg))
+        self._lag.set(meta.num_pending)
+        heartbeat = _Heartbeat(msg, self._heartbeat_s)
         try:
             with tracing.handler_span(
                 self.spec.durable, msg.subject, msg.headers, envelope.event_id
@@ -316,8 +318,6 @@ class DurableConsumer(Generic[B]):
             return
         finally:
             heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
         await msg.ack()
 
     async def _patiently(self, received: Received[B]) -> None:
@@ -342,12 +342,6 @@ class DurableConsumer(Generic[B]):
                 return
             await asyncio.sleep(delay)
             delay = min(delay * 2, 1.0)
-
-    async def _heartbeat(self, msg: Msg) -> None:
-        while True:
-            await asyncio.sleep(self._heartbeat_s)
-            with contextlib.suppress(Exception):
-                await msg.in_progress()
 
     async def _dead_letter(self, msg: Msg, reason: str, error: str) -> None:
         meta = msg.metadata
@@ -383,6 +377,40 @@ class DurableConsumer(Generic[B]):
             self._on_dead_letter(record)
         # Acknowledge only after the dead letter is stored: nothing is lost in between.
         await msg.ack()
+
+
+class _Heartbeat:
+    """`in_progress` every `every_s` while a handler runs, on a loop timer.
+
+    Most handlers finish well inside the first interval: a timer handle per message costs
+    far less than a task per message, and a task is made only when a beat is due.
+    """
+
+    __slots__ = ("_every_s", "_handle", "_loop", "_msg", "_task")
+
+    def __init__(self, msg: Msg, every_s: float) -> None:
+        self._msg = msg
+        self._every_s = every_s
+        self._loop = asyncio.get_running_loop()
+        self._task: asyncio.Task[None] | None = None
+        self._handle: asyncio.TimerHandle | None = self._loop.call_later(every_s, self._beat)
+
+    def _beat(self) -> None:
+        if self._task is None or self._task.done():
+            self._task = self._loop.create_task(self._send())
+        self._handle = self._loop.call_later(self._every_s, self._beat)
+
+    async def _send(self) -> None:
+        with contextlib.suppress(Exception):
+            await self._msg.in_progress()
+
+    def cancel(self) -> None:
+        """Stop beating: the handler is done, so no beat may follow its ack."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        if self._task is not None:
+            self._task.cancel()
 
 
 def spec_for(
