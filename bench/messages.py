@@ -19,12 +19,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import subprocess
 import tempfile
 import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -34,6 +36,7 @@ from harness.recovery import PRODUCTION_TIMINGS
 from harness.surface import SurfaceStack, closings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "messages.json"
+CHANGES = RESULTS.with_name("design-changes.json")
 IDLE_SPAN_S = 10.0
 
 
@@ -137,6 +140,12 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=30)
     parser.add_argument("--accesses", type=int, default=3)
     parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--change", default="",
+        help="also record this run's summary as the 'before' or 'after' (--stage) of a named "
+        "design change in bench/results/design-changes.json",
+    )
+    parser.add_argument("--stage", choices=("before", "after"), default="after")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="holdline-messages-") as tmp:
         root = Path(tmp)
@@ -218,9 +227,42 @@ def main() -> None:
         "cpu_ms_per_turn_total": round(sum(cpu.values()) * 1000 / args.turns, 2),
         "cpu_ms_per_operation_total": round(sum(cpu.values()) * 1000 / ops, 2),
     }
+    _write(args, result)
+
+
+def _write(args: argparse.Namespace, result: dict[str, Any]) -> None:
     args.out.parent.mkdir(exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
+    if args.change:
+        record_change(args.change, args.stage, result)
+
+
+def summary(result: dict[str, Any]) -> dict[str, Any]:
+    """The figures a design change is judged by, with the machine's load beside them."""
+    return {
+        "at": result["at"],
+        "turns": result["turns"],
+        "load_avg_1m": os.getloadavg()[0],
+        "messages_per_turn": result["messages_per_turn_total"],
+        "messages_per_turn_by_process": {
+            n: [v["sent"], v["received"]] for n, v in result["messages_per_turn"].items()
+        },
+        "cpu_ms_per_turn": result["cpu_ms_per_turn_total"],
+        "cpu_ms_per_operation": result["cpu_ms_per_operation_total"],
+        "cpu_ms_per_turn_by_process": result["cpu_ms_per_turn"],
+    }
+
+
+def record_change(name: str, stage: str, result: dict[str, Any]) -> None:
+    """Keep `before` and `after` of each design change side by side."""
+    found: dict[str, Any] = (
+        json.loads(CHANGES.read_text()) if CHANGES.exists()
+        else {"benchmark": "design-changes", "what": "before/after of each hot-path change "
+              "(bench.messages --change NAME --stage before|after)", "changes": {}}
+    )
+    found["changes"].setdefault(name, {})[stage] = summary(result)
+    CHANGES.write_text(json.dumps(found, indent=2) + "\n")
 
 
 if __name__ == "__main__":

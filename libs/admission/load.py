@@ -2,10 +2,11 @@
 
 Counters of open operations per tool and scope (for backpressure), recent admissions per
 user (for frequency limits), open operations per subject (for supersession) and per
-argument digest (for coalescing). Fed by an ordered consumer over the operations stream,
-and by admission itself right after each append (read-your-writes: a burst in one process
-sees its own admissions immediately; the stream's copy of the same event is skipped by
-sequence).
+argument digest (for coalescing). Fed by an ordered consumer over the operations stream
+(`follow`; the interaction surface feeds it from its own view's follower instead, so the
+stream is delivered to that process once), and by admission itself right after each
+append (read-your-writes: a burst in one process sees its own admissions immediately; the
+stream's copy of the same event is skipped by sequence).
 """
 
 from __future__ import annotations

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Literal
 
 from libs.events import BatchDrained, BatchEvent, BatchMemberSettled, BatchOpened, Envelope
+
+from .evolving import evolved
 
 MemberStatus = Literal["committed", "failed_final", "cancelled", "rejected"]
 
@@ -83,25 +85,26 @@ def evolve(state: BatchState | None, env: Envelope[BatchEvent]) -> BatchState:
             agent=env.agent,
             opened_at=env.occurred_at,
         )
-    state = replace(state, version=state.version + 1)
+    # The version bump travels in the one copy each event makes.
+    v = state.version + 1
     match event:
         case BatchOpened(operation_ids=ops):
             if state.members and state.members != ops:
                 raise BatchError(f"batch {batch_id} reopened with other members")
-            return replace(state, members=ops)
+            return evolved(state, version=v, members=ops)
         case BatchMemberSettled(member_operation_id=op, status=status):
             if op not in state.members:
                 raise BatchError(f"batch {batch_id}: {op} is not a member")
             if op in state.settled:
                 # A second terminal event for the same member changes nothing.
-                return state
+                return evolved(state, version=v)
             settled = dict(state.settled)
             settled[op] = status
-            return replace(state, settled=MappingProxyType(settled))
+            return evolved(state, version=v, settled=MappingProxyType(settled))
         case BatchDrained(final_delivery_id=delivery_id):
             if state.final_delivery_id not in (None, delivery_id):
                 raise BatchError(f"batch {batch_id} already closed by {state.final_delivery_id}")
-            return replace(state, final_delivery_id=delivery_id)
+            return evolved(state, version=v, final_delivery_id=delivery_id)
     raise BatchError(f"unhandled batch event {type(event).__name__}")
 
 

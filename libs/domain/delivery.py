@@ -3,7 +3,7 @@ statuses of docs/contract.md."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import TypeVar
@@ -23,6 +23,8 @@ from libs.events import (
     DeliveryUnheard,
     Envelope,
 )
+
+from .evolving import evolved
 
 B = TypeVar("B")
 
@@ -145,7 +147,7 @@ def evolve(state: DeliveryState | None, env: Envelope[DeliveryEvent]) -> Deliver
             ready_at=env.occurred_at,
         )
     status = state.status
-    bumped = replace(state, version=state.version + 1)
+    bumped = evolved(state, version=state.version + 1)
     match event:
         case DeliveryReady():
             raise IllegalDeliveryTransition(f"delivery {state.delivery_id} is already ready")
@@ -156,7 +158,7 @@ def evolve(state: DeliveryState | None, env: Envelope[DeliveryEvent]) -> Deliver
                 new_status = D.PENDING
             else:
                 new_status = status
-            return replace(
+            return evolved(
                 bumped,
                 status=new_status,
                 reason=event.reason,
@@ -166,20 +168,20 @@ def evolve(state: DeliveryState | None, env: Envelope[DeliveryEvent]) -> Deliver
                 resync=event.resync,
             )
         case DeliverySent(mode=mode) if status in OPEN:
-            return replace(bumped, status=D.SENT, mode=mode, attempts=state.attempts + 1)
+            return evolved(bumped, status=D.SENT, mode=mode, attempts=state.attempts + 1)
         case DeliveryAttached() if status in OPEN:
-            return replace(bumped, status=D.SENT, mode="next_turn", attempts=state.attempts + 1)
+            return evolved(bumped, status=D.SENT, mode="next_turn", attempts=state.attempts + 1)
         case DeliveryDelivered() if status is D.SENT:
-            return replace(bumped, status=D.DELIVERED)
+            return evolved(bumped, status=D.DELIVERED)
         case DeliverySpoken() if status is D.SENT:
-            return replace(bumped, status=D.SPOKEN)
+            return evolved(bumped, status=D.SPOKEN)
         case DeliveryUnheard(reason=reason) if status is D.SENT:
             counted = 0 if reason.partition(":")[0] in UNCOUNTED_UNHEARD else 1
-            return replace(
+            return evolved(
                 bumped, status=D.UNHEARD, reason=reason, unheard=state.unheard + counted
             )
         case DeliveryRequeued(text=text, reason=reason) if status is D.UNHEARD:
-            return replace(
+            return evolved(
                 bumped,
                 status=D.PENDING,
                 text=text,
@@ -190,11 +192,11 @@ def evolve(state: DeliveryState | None, env: Envelope[DeliveryEvent]) -> Deliver
             )
         case DeliveryReconciliationRequested(reason=reason):
             # A record for whoever reconciles; it does not move the delivery by itself.
-            return replace(bumped, reconciliation=reason)
+            return evolved(bumped, reconciliation=reason)
         case DeliverySuppressed(reason=reason) if status in OPEN:
-            return replace(bumped, status=D.SUPPRESSED, reason=reason)
+            return evolved(bumped, status=D.SUPPRESSED, reason=reason)
         case DeliverySuperseded(reason=reason) if status in OPEN:
-            return replace(bumped, status=D.SUPERSEDED, reason=reason)
+            return evolved(bumped, status=D.SUPERSEDED, reason=reason)
         case _:
             pass
     raise IllegalDeliveryTransition(

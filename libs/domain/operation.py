@@ -7,7 +7,7 @@ rule worth stating twice: a non-idempotent operation whose last mutation may hav
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -34,6 +34,8 @@ from libs.events import (
     OperationStarted,
     OperationUnknown,
 )
+
+from .evolving import evolved
 
 
 class OpStatus(StrEnum):
@@ -196,17 +198,19 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
             turn_id=env.turn_id,
             agent=env.agent,
         )
-    state = replace(state, version=state.version + 1)
+    # The version bump travels in the one copy each event makes.
+    v = state.version + 1
     match event:
         case OperationRequested(tool=tool, arguments=arguments):
-            return replace(state, tool=tool, arguments=arguments, status=S.REQUESTED)
+            return evolved(state, version=v, tool=tool, arguments=arguments, status=S.REQUESTED)
         case OperationAwaitingConfirmation():
-            return replace(state, status=S.AWAITING_CONFIRMATION)
+            return evolved(state, version=v, status=S.AWAITING_CONFIRMATION)
         case OperationConfirmed():
-            return replace(state, confirmed=True)
+            return evolved(state, version=v, confirmed=True)
         case OperationAdmitted():
-            return replace(
+            return evolved(
                 state,
+                version=v,
                 status=S.ADMITTED,
                 tool=event.tool,
                 arguments=event.arguments,
@@ -223,30 +227,37 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
                 subject_key=env.subject_key or state.subject_key,
             )
         case OperationRejected(tool=tool, reason=reason, detail=detail):
-            return replace(
-                state, status=S.REJECTED, tool=tool or state.tool, failure=f"{reason}: {detail}"
+            failure = f"{reason}: {detail}"
+            return evolved(
+                state, version=v, status=S.REJECTED, tool=tool or state.tool, failure=failure
             )
         case OperationStarted():
-            return replace(state, status=S.RUNNING, awaiting_async=False, retry_at=None)
+            return evolved(state, version=v, status=S.RUNNING, awaiting_async=False, retry_at=None)
         case OperationAttempted(outcome=outcome, provider_ref=ref):
-            return replace(
+            return evolved(
                 state,
+                version=v,
                 attempts=state.attempts + 1,
                 provider_ref=ref or state.provider_ref,
                 awaiting_async=outcome == "accepted_async",
                 last_attempt_at=env.occurred_at,
             )
         case OperationProgress():
-            return replace(state, progress_notes=state.progress_notes + 1)
+            return evolved(state, version=v, progress_notes=state.progress_notes + 1)
         case OperationRetryScheduled(reason=reason, retry_at=retry_at):
-            return replace(state, status=S.FAILED_RETRYABLE, failure=reason, retry_at=retry_at)
+            return evolved(
+                state, version=v, status=S.FAILED_RETRYABLE, failure=reason, retry_at=retry_at
+            )
         case OperationReconciled():
-            return replace(state, status=S.FAILED_RETRYABLE, failure="reconciled: no effect found")
+            return evolved(
+                state, version=v, status=S.FAILED_RETRYABLE, failure="reconciled: no effect found"
+            )
         case OperationUnknown(reason=reason):
-            return replace(state, status=S.UNKNOWN, failure=reason)
+            return evolved(state, version=v, status=S.UNKNOWN, failure=reason)
         case OperationCommitted(result=result, provider_ref=ref):
-            return replace(
+            return evolved(
                 state,
+                version=v,
                 status=S.COMMITTED,
                 result=result,
                 failure=None,
@@ -254,17 +265,19 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
                 provider_ref=ref or state.provider_ref,
             )
         case OperationFailedFinal(reason=reason, detail=detail):
-            return replace(state, status=S.FAILED_FINAL, failure=f"{reason}: {detail}".rstrip(": "))
+            failure = f"{reason}: {detail}".rstrip(": ")
+            return evolved(state, version=v, status=S.FAILED_FINAL, failure=failure)
         case OperationCancelRequested():
-            return replace(state, status=S.CANCEL_REQUESTED, before_cancel=state.status)
+            return evolved(state, version=v, status=S.CANCEL_REQUESTED, before_cancel=state.status)
         case OperationCancelled():
-            return replace(state, status=S.CANCELLED)
+            return evolved(state, version=v, status=S.CANCELLED)
         case OperationCancelRefused():
             if state.status is S.CANCEL_REQUESTED:
-                return replace(state, status=state.before_cancel or S.RUNNING, before_cancel=None)
-            return state
+                back = state.before_cancel or S.RUNNING
+                return evolved(state, version=v, status=back, before_cancel=None)
+            return evolved(state, version=v)
         case OperationCompensated(compensation_operation_id=comp):
-            return replace(state, compensated_by=comp)
+            return evolved(state, version=v, compensated_by=comp)
         case OperationDeadLettered():
-            return replace(state, dead_lettered=True)
+            return evolved(state, version=v, dead_lettered=True)
     raise IllegalTransition(state.operation_id, state.status, type(event).__name__)

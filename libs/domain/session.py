@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from libs.events import (
     AgentHandedOff,
@@ -24,6 +24,8 @@ from libs.events import (
     TurnReplied,
     UserActivity,
 )
+
+from .evolving import evolved
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,18 +81,18 @@ def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> Sessi
         )
     if state.closed:
         raise SessionError(f"session {state.session_id} is closed")
-    state = replace(state, version=state.version + 1)
+    state = evolved(state, version=state.version + 1)
     match event:
         case SessionOpened():
             raise SessionError(f"session {state.session_id} is already open")
         case SessionClosed():
-            return replace(state, closed=True)
+            return evolved(state, closed=True)
         case TurnReceived(text=text, client_turn_id=client_turn_id):
             turns = state.client_turns
             if client_turn_id is not None:
                 turns = (*turns, (client_turn_id, env.turn_id or ""))
             message = Message(role="user", text=text, turn_id=env.turn_id)
-            return replace(
+            return evolved(
                 state,
                 messages=(*state.messages, message),
                 client_turns=turns,
@@ -101,33 +103,33 @@ def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> Sessi
                 role="assistant", text=text, turn_id=env.turn_id, delivery_id=env.delivery_id,
                 response_id=env.response_id,
             )
-            return replace(state, messages=(*state.messages, message))
+            return evolved(state, messages=(*state.messages, message))
         case AgentHandedOff(to_agent=agent):
-            return replace(state, agent=agent)
+            return evolved(state, agent=agent)
         case UserActivity(typing=typing):
-            return replace(state, user_active=typing)
+            return evolved(state, user_active=typing)
         case SpeechStarted():
-            return replace(state, user_active=True)
+            return evolved(state, user_active=True)
         case SpeechStopped():
-            return replace(state, user_active=False)
+            return evolved(state, user_active=False)
         case ResponseStarted():
-            return replace(state, response_active=True)
+            return evolved(state, response_active=True)
         case ResponseFinished():
-            return replace(state, response_active=False)
+            return evolved(state, response_active=False)
         case PlaybackStarted():
-            return replace(state, playback_active=True)
+            return evolved(state, playback_active=True)
         case PlaybackFinished():
-            return replace(state, playback_active=False)
+            return evolved(state, playback_active=False)
         case ReplyTruncated(text=text, unheard_delivery_ids=unheard):
             cut = _truncated(state.messages, env.turn_id, env.response_id, text, unheard)
-            return replace(state, messages=cut)
+            return evolved(state, messages=cut)
         case ToolCallsReceived():
             # The agent's own model talks to the user: nothing enters holdline's history.
-            return replace(state, last_channel="agent")
+            return evolved(state, last_channel="agent")
         case ChannelConnected(connection_id=conn, channel=kind):
-            return replace(state, connections=state.connections | {conn}, last_channel=kind)
+            return evolved(state, connections=state.connections | {conn}, last_channel=kind)
         case ChannelDisconnected(connection_id=conn, channel=kind):
-            return replace(state, connections=state.connections - {conn}, last_channel=kind)
+            return evolved(state, connections=state.connections - {conn}, last_channel=kind)
     raise SessionError(f"unhandled interaction event {type(event).__name__}")
 
 
@@ -155,6 +157,6 @@ def _truncated(
                 return (*messages[:index], *rest)
             # A message names a closing only while it still holds its words.
             delivery_id = None if found.delivery_id in unheard else found.delivery_id
-            kept = replace(found, text=heard.strip(), delivery_id=delivery_id)
+            kept = evolved(found, text=heard.strip(), delivery_id=delivery_id)
             return (*messages[:index], kept, *rest)
     return messages

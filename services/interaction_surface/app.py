@@ -141,11 +141,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     async def on_start() -> None:
         js = runtime.jetstream
-        heartbeat_s = runtime.timings.follow_heartbeat_s
-        await view.follow(js, runtime.topology, heartbeat_s=heartbeat_s)
-        await load_view.follow(js, runtime.topology, heartbeat_s=heartbeat_s)
+        # One follower of the operations stream for both: the view feeds the load view.
+        view.operation_feeds.append(load_view.apply)
+        await view.follow(js, runtime.topology, heartbeat_s=runtime.timings.follow_heartbeat_s)
         await view.caught_up.wait()
-        await load_view.caught_up.wait()
+        load_view.caught_up.set()
         metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
         metrics.initialise_deliveries()
         surface.started = start_parts(runtime, surface, load_view, registry, model)
@@ -155,7 +155,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if telephony.started is not None:
             telephony.started.sweeper.cancel()
         await view.close()
-        await load_view.close()
         if surface.started is not None:
             await surface.started.http.aclose()
 

@@ -1,8 +1,9 @@
 """The surface's live view: every session's events from the five event streams, folded.
 
-One ordered consumer per stream follows it from the start (as the admission `LoadView`
-does), so any surface process can answer for any session: snapshots, timelines, WebSocket
-resumes and turns read memory, and a restart rebuilds everything by replay.
+One ordered consumer per stream follows it from the start (the operations follower also
+feeds admission's `LoadView`, so that stream reaches the process once), so any surface
+process can answer for any session: snapshots, timelines, WebSocket resumes and turns read
+memory, and a restart rebuilds everything by replay.
 
 Read-your-writes: a writer waits until the view applied the sequence the broker gave its
 append (`wait_applied`), and readers that must see everything appended so far call
@@ -176,6 +177,9 @@ class SurfaceView:
         self._js: JetStreamContext | None = None
         self._topology: Topology | None = None
         self.caught_up = asyncio.Event()
+        # Other folds of the operations stream in this process (admission's `LoadView`):
+        # fed from this view's follower, so the stream is delivered and decoded once.
+        self.operation_feeds: list[Callable[[Envelope[Any], int], None]] = []
 
     # ------------------------------------------------------------------ reads
 
@@ -366,6 +370,7 @@ class SurfaceView:
         self, context: Context, target: int, pending: set[Context]
     ) -> Callable[[Msg], Any]:
         codec = EVENT_CODECS[context]
+        feeds = self.operation_feeds if context is Context.OPERATIONS else []
 
         async def on_msg(msg: Msg) -> None:
             seq = msg.metadata.sequence.stream
@@ -375,6 +380,9 @@ class SurfaceView:
                 log.warning("view skipped undecodable %s event %d: %s", context, seq, exc.reason)
             else:
                 self.apply(context, env, seq)
+                if feeds:
+                    for feed in feeds:
+                        feed(env, seq)
             self._advance(context, seq)
             if seq >= target and context in pending:
                 pending.discard(context)

@@ -335,3 +335,50 @@ async def test_a_refused_expected_sequence_is_a_conflict_in_either_wording(err_c
         await append(js, OPERATIONS, "hl.operations.s1.op1", env,  # type: ignore[arg-type]
                      expected_last_subject_seq=3)
     assert js.calls == 1
+
+
+async def test_events_arriving_one_by_one_share_one_standing_pull_request(
+    js: JetStreamContext, topology: Topology
+) -> None:
+    """Each wave of deliveries must not cost its own pull requests: fetch made two per wave
+    (a no_wait probe, then a lingering request), 40 for 20 events arriving one at a time."""
+    requests: list[bytes] = []
+    durable = "standing"
+    api = f"$JS.API.CONSUMER.MSG.NEXT.{topology.stream_name(Context.OPERATIONS)}.{durable}"
+
+    async def count(msg: Any) -> None:
+        requests.append(msg.data)
+
+    watcher = await js._nc.subscribe(api, cb=count)
+    handled: list[int] = []
+    done = asyncio.Event()
+
+    async def handle(received: Received[OperationEvent]) -> None:
+        handled.append(received.stream_seq)
+        if len(handled) == 20:
+            done.set()
+
+    consumer = DurableConsumer(
+        js,
+        spec_for(topology, Context.OPERATIONS, durable=durable, ack_wait_s=2.0, max_deliver=3),
+        OPERATIONS,
+        handle,
+        topology=topology,
+        source=Context.OPERATIONS,
+    )
+    task = asyncio.create_task(consumer.run())
+    try:
+        await consumer.ready.wait()
+        for i in range(20):
+            op = f"one{i}"
+            await append(js, OPERATIONS, topology.operation_subject("s1", op), _admitted("s1", op))
+            await asyncio.sleep(0.03)
+        await asyncio.wait_for(done.wait(), 10)
+    finally:
+        consumer.stop()
+        await asyncio.wait_for(task, 10)
+        await watcher.unsubscribe()
+    assert sorted(handled) == handled
+    assert len(set(handled)) == 20
+    # One request lives for seconds and covers a batch; a few at most in this ~1 s.
+    assert len(requests) <= 4, requests
