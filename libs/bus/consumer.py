@@ -46,6 +46,9 @@ from .topology import Context, Partition, Topology
 
 log = logging.getLogger(__name__)
 
+# A standing pull request lives this many fetch timeouts (1 s by default).
+STANDING_PULL_FETCHES = 2.0
+
 
 
 B = TypeVar("B")
@@ -199,11 +202,13 @@ class DurableConsumer(Generic[B]):
                 await sub.unsubscribe()
 
     def _standing(self, sub: JetStreamContext.PullSubscription) -> StandingPull:
-        # The request lives a few fetch timeouts; heartbeats say the broker still serves it.
+        # The request lives two fetch timeouts; heartbeats say the broker still serves it.
+        # Short, because a process that stopped (SIGSTOP, a stalled VM) keeps its request,
+        # and what the broker pushes into it waits that long plus the ack wait.
         return StandingPull(
             sub,
             batch=self._batch,
-            expires_s=max(5.0 * self._fetch_timeout_s, 1.0),
+            expires_s=max(STANDING_PULL_FETCHES * self._fetch_timeout_s, 1.0),
             heartbeat_s=max(self._fetch_timeout_s, 0.1),
             reconnects=self._reconnect_count,
         )

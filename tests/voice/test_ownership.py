@@ -14,6 +14,7 @@ from websockets.exceptions import ConnectionClosed
 
 from harness.processes import Broker
 from harness.surface import Chat, SurfaceStack, eventually, open_chat
+from libs.bus.consumer import STANDING_PULL_FETCHES
 from tests.support.drained import settled
 
 from .helpers import (
@@ -30,8 +31,9 @@ from .phone import Phone
 
 pytestmark = pytest.mark.timeout(120)
 
-# Longer than a consumer's pull request lives (1 s), with a margin for a loaded machine.
-PULL_EXPIRY_S = 1.5
+# Longer than a consumer's standing pull request lives (two 1 s fetch timeouts), with a
+# margin for a loaded machine.
+PULL_EXPIRY_S = STANDING_PULL_FETCHES * 1.0 + 0.5
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +41,7 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """Every service as a process, with a second surface on the same prefix."""
     with voice_stack(
         broker, tmp_path_factory.mktemp("ownership"),
-        env={"HOLDLINE_CALL_OWNER_TTL_S": "6"}, second_surface_env={},
+        env={"HOLDLINE_CALL_OWNER_TTL_S": "8"}, second_surface_env={},
     ) as running:
         yield running
 
@@ -61,8 +63,8 @@ async def test_only_the_surface_holding_the_call_speaks_its_deliveries(
         if index == 1:
             # The owner stops fetching, so the other surface is the one that consumes this
             # closing once the owner's last pull request has expired. The broker does not
-            # say whose pull requests wait, so this is a window: longer than a fetch's
-            # expiry (`fetch_timeout_s`, 1 s, libs/bus/consumer.py).
+            # say whose pull requests wait, so this is a window: longer than the owner's
+            # standing pull request's life (libs/bus/consumer.py).
             owner.pause()
             await asyncio.sleep(PULL_EXPIRY_S)
         try:

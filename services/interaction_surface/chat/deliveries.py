@@ -319,8 +319,8 @@ class DeliveryExecutor:
             await self._view.wait_session_change(call.session_id, 1.0)
 
     async def sweep(self) -> int:
-        """Settle deliveries left `sent` on calls nobody holds any more; how many were looked at."""
-        await self._record_lost_calls()
+        """Settle deliveries left `sent` on calls nobody holds any more, then record the end of
+        every dead call still attached; how many deliveries were looked at."""
         agent = self.agent
         stuck = [
             d.delivery_id for d in list(self._view.deliveries.states.values())
@@ -332,6 +332,9 @@ class DeliveryExecutor:
                 await self.execute(delivery_id)
             except Exception:
                 log.exception("delivery %s: sweep failed", delivery_id)
+        # After the deliveries: settling one records its dead call first, with the reason
+        # (`call_lost`) that only a still-attached call can give.
+        await self._record_lost_calls()
         return len(stuck)
 
     # ------------------------------------------------------------------ chat
