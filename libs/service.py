@@ -60,12 +60,16 @@ class Runtime:
     name: str
     settings: BusSettings
     publishes: tuple[Context, ...]
-    consumer_factories: Sequence[ConsumerFactory] = ()
+    # The consumers the service runs, asked for once at start-up (after the connection and
+    # the declarations). A function because their handlers are built after the runtime,
+    # which they take: runtime → handlers → consumers, with nothing set from outside.
+    consumers: Callable[[], Sequence[ConsumerFactory]] = lambda: ()
     topology: Topology = field(init=False)
     nc: Client | None = None
     js: JetStreamContext | None = None
     buckets: dict[str, KeyValue] = field(default_factory=dict)
-    consumers: list[DurableConsumer[Any]] = field(default_factory=list)
+    # The consumers running (built from `consumers` at start-up).
+    running: list[DurableConsumer[Any]] = field(default_factory=list)
     # Set once declarations, consumers and the service's own start-up are done.
     started: asyncio.Event = field(default_factory=asyncio.Event)
     # Why the declarations do not succeed yet (retried until they do), for /readyz.
@@ -123,29 +127,6 @@ class Runtime:
             **options,
         )
 
-    def consumes(
-        self,
-        context: Context,
-        codec: EventCodec[Any],
-        handler: Handler[Any],
-        *,
-        role: str | None = None,
-        partition: Partition | None = None,
-        **options: Any,
-    ) -> ConsumerFactory:
-        """A consumer factory for `consumer_factories`: a durable named after this service,
-        the role (default: the context) and the partition, which it also filters by (every
-        partition's consumer sees every message and works only on its own sessions)."""
-
-        def build(rt: Runtime) -> DurableConsumer[Any]:
-            durable = rt.topology.durable(rt.name, role or context.value, partition)
-            return rt.consumer(
-                context, durable=durable, codec=codec, handler=handler, partition=partition,
-                **options,
-            )
-
-        return build
-
     def bucket(self, purpose: str) -> KeyValue:
         """A declared KV bucket by purpose (e.g. "intents")."""
         return self.buckets[purpose]
@@ -164,9 +145,9 @@ class Runtime:
                 delay = min(delay * 2, 2.0)
         self.js = self.nc.jetstream()
         await self._declare()
-        for factory in self.consumer_factories:
+        for factory in self.consumers():
             consumer = factory(self)
-            self.consumers.append(consumer)
+            self.running.append(consumer)
             self._tasks.append(asyncio.create_task(self._supervise(consumer)))
 
     async def _declare(self) -> None:
@@ -216,7 +197,7 @@ class Runtime:
     async def quiesce(self) -> None:
         """Stop pulling, let messages in hand finish within the grace period, and hand back
         (NAK) the rest for another process. Safe to call more than once."""
-        for consumer in self.consumers:
+        for consumer in self.running:
             consumer.stop()
         if self._tasks:
             _done, pending = await asyncio.wait(
@@ -224,7 +205,7 @@ class Runtime:
             )
             if pending:
                 handed_back = 0
-                for consumer in self.consumers:
+                for consumer in self.running:
                     handed_back += await consumer.abandon()
                 log.warning(
                     "%s: handed back %d in-flight messages after %.1f s",
@@ -269,13 +250,37 @@ class Runtime:
                         f"stream {info.config.name} has {replicas} replica(s), "
                         f"HOLDLINE_STREAM_REPLICAS={self.settings.replicas}"
                     )
-            for consumer in self.consumers:
+            for consumer in self.running:
                 if not consumer.ready.is_set():
                     return False, f"consumer {consumer.spec.durable} not started"
                 await self.js.consumer_info(consumer.spec.stream, consumer.spec.durable)
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready", with its reason
             return False, f"{type(exc).__name__}: {exc}"
         return True, "ok"
+
+
+def consumes(
+    context: Context,
+    codec: EventCodec[Any],
+    handler: Handler[Any],
+    *,
+    role: str | None = None,
+    partition: Partition | None = None,
+    **options: Any,
+) -> ConsumerFactory:
+    """A consumer for a Runtime's `consumers`: a durable named after the service, the role
+    (default: the context) and the partition, which it also filters by (every partition's
+    consumer sees every message and works only on its own sessions); `options` go to
+    `DurableConsumer` (e.g. `group_by`, `max_in_flight`)."""
+
+    def build(rt: Runtime) -> DurableConsumer[Any]:
+        durable = rt.topology.durable(rt.name, role or context.value, partition)
+        return rt.consumer(
+            context, durable=durable, codec=codec, handler=handler, partition=partition,
+            **options,
+        )
+
+    return build
 
 
 def _describe(exc: Exception) -> str:

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from libs.bus import Context
 from libs.events import BATCHES, OPERATIONS
 from libs.models import model_for
-from libs.service import Runtime, create_service_app
+from libs.service import Runtime, consumes, create_service_app
 from libs.tools import default_registry
 
 from .handlers import Coordinator
@@ -33,8 +33,17 @@ class CoordinatorRuntime(Runtime):
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The batch-coordinator service."""
     settings = settings or Settings.from_env()
+    # One durable consumer per partition; each sees every message and works only on its own.
+    part = settings.partition
     runtime = CoordinatorRuntime(
-        name=SERVICE, settings=settings.bus, publishes=(Context.BATCHES, Context.DELIVERIES)
+        name=SERVICE,
+        settings=settings.bus,
+        publishes=(Context.BATCHES, Context.DELIVERIES),
+        # Asked for at start-up, once the coordinator below (which takes the runtime) exists.
+        consumers=lambda: (
+            consumes(Context.OPERATIONS, OPERATIONS, coordinator.on_operation, partition=part),
+            consumes(Context.BATCHES, BATCHES, coordinator.on_batch, partition=part),
+        ),
     )
     # Raises DeclarationError (the service does not start) on a bad tool declaration.
     coordinator = Coordinator(
@@ -43,12 +52,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         model_for(settings.model),
         registry=default_registry(settings=settings.tools),
     )
-    # One durable consumer per partition; each sees every message and works only on its own.
-    part = settings.partition
-    runtime.consumer_factories = [
-        runtime.consumes(Context.OPERATIONS, OPERATIONS, coordinator.on_operation, partition=part),
-        runtime.consumes(Context.BATCHES, BATCHES, coordinator.on_batch, partition=part),
-    ]
 
     async def on_start() -> None:
         await coordinator.hydrate()

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from libs import metrics
 from libs.bus import Context
 from libs.events import DELIVERIES, INTERACTION, OPERATIONS
-from libs.service import Runtime, create_service_app
+from libs.service import Runtime, consumes, create_service_app
 
 from .handlers import Gate
 from .settings import SERVICE, Settings
@@ -33,15 +33,20 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The delivery-policy service."""
     settings = settings or Settings.from_env()
     metrics.initialise_deliveries()
-    runtime = PolicyRuntime(name=SERVICE, settings=settings.bus, publishes=(Context.DELIVERIES,))
-    gate = Gate(runtime, settings)
     # One durable consumer per partition; each sees every message and works only on its own.
     part = settings.partition
-    runtime.consumer_factories = [
-        runtime.consumes(Context.INTERACTION, INTERACTION, gate.on_interaction, partition=part),
-        runtime.consumes(Context.OPERATIONS, OPERATIONS, gate.on_operation, partition=part),
-        runtime.consumes(Context.DELIVERIES, DELIVERIES, gate.on_delivery, partition=part),
-    ]
+    runtime = PolicyRuntime(
+        name=SERVICE,
+        settings=settings.bus,
+        publishes=(Context.DELIVERIES,),
+        # Asked for at start-up, once the gate below (which takes the runtime) exists.
+        consumers=lambda: (
+            consumes(Context.INTERACTION, INTERACTION, gate.on_interaction, partition=part),
+            consumes(Context.OPERATIONS, OPERATIONS, gate.on_operation, partition=part),
+            consumes(Context.DELIVERIES, DELIVERIES, gate.on_delivery, partition=part),
+        ),
+    )
+    gate = Gate(runtime, settings)
 
     async def on_start() -> None:
         await gate.hydrate()

@@ -1,6 +1,6 @@
 """The Agent API's routes (docs/contract.md §6b): tools, tool calls, signals, pending updates, acks,
-and the agent's WebSocket. Same sessions, tokens and problem+json as the chat API (`api.py`);
-the channel's mechanics live in `agent_channel.py`, admission in `tool_calls.py`.
+and the agent's WebSocket. Same sessions, tokens and problem+json as the chat API (the shared
+`api.py`); the channel's mechanics live in `agent_channel.py`, admission in `tool_calls.py`.
 
 WebSocket frames in: `signal` and `delivery.ack` (as the HTTP bodies, plus `type`). Out:
 `hello` once the connection is recorded, `delivery.say`, `delivery.acked` confirming each
@@ -36,7 +36,7 @@ from libs.domain.delivery import WAITING_DECISIONS, DeliveryStatus
 from libs.problems import problem
 
 from .agent_channel import AckRefused, AgentChannel, AgentConnection
-from .api import ProblemError, Surface, _deny, _problems, decode_body, read_body
+from .api import ProblemError, Surface, decode_body, deny, documented_problems, read_body
 from .tool_calls import (
     FORMATS,
     BadCalls,
@@ -206,7 +206,7 @@ def build_agent_router(api: AgentApi) -> APIRouter:
     @router.get(
         "/v1/sessions/{session_id}/tools",
         response_model=ToolsOut,
-        responses=_problems(401, 404, 422),
+        responses=documented_problems(401, 404, 422),
     )
     async def tools(session_id: str, request: Request, format: str = "openai") -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
@@ -226,7 +226,7 @@ def build_agent_router(api: AgentApi) -> APIRouter:
     @router.post(
         "/v1/sessions/{session_id}/tool-calls",
         response_model=ToolCallsOut,
-        responses=_problems(400, 401, 404, 409, 413, 422, 429),
+        responses=documented_problems(400, 401, 404, 409, 413, 422, 429),
     )
     async def tool_calls(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
@@ -258,7 +258,7 @@ def _write_routes(router: APIRouter, api: AgentApi) -> None:
     @router.post(
         "/v1/sessions/{session_id}/signals",
         status_code=204,
-        responses=_problems(400, 401, 404, 413, 422, 429),
+        responses=documented_problems(400, 401, 404, 413, 422, 429),
     )
     async def signals(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
@@ -274,7 +274,7 @@ def _write_routes(router: APIRouter, api: AgentApi) -> None:
     @router.get(
         "/v1/sessions/{session_id}/pending",
         response_model=PendingOut,
-        responses=_problems(401, 404),
+        responses=documented_problems(401, 404),
     )
     async def pending(session_id: str, request: Request) -> Response:
         await surface.session(session_id, request.headers.get("authorization"))
@@ -284,7 +284,7 @@ def _write_routes(router: APIRouter, api: AgentApi) -> None:
     @router.post(
         "/v1/sessions/{session_id}/deliveries/{delivery_id}/ack",
         response_model=AckOut,
-        responses=_problems(400, 401, 404, 409, 413, 422),
+        responses=documented_problems(400, 401, 404, 409, 413, 422),
     )
     async def ack(session_id: str, delivery_id: str, request: Request) -> Response:
         await surface.session(session_id, request.headers.get("authorization"))
@@ -311,13 +311,13 @@ def _ws_route(router: APIRouter, api: AgentApi) -> None:
             state = await surface.session_for_token(session_id, websocket.query_params.get("token"))
             after = _after(websocket.query_params.get("after"))
         except ProblemError as exc:
-            await _deny(websocket, exc.response())
+            await deny(websocket, exc.response())
             return
         except ValueError as exc:
-            await _deny(websocket, problem(400, "Bad request", str(exc)))
+            await deny(websocket, problem(400, "Bad request", str(exc)))
             return
         if state.closed:
-            await _deny(websocket, problem(409, "Conflict", "the session is closed"))
+            await deny(websocket, problem(409, "Conflict", "the session is closed"))
             return
         await websocket.accept()
         conn = AgentConnection(session_id, api.surface.ids.new("agent"), websocket, after)

@@ -26,13 +26,14 @@ from libs.models import model_for
 from libs.models.interface import ConversationModel
 from libs.openapi import publish
 from libs.problems import install_problem_handlers
-from libs.service import Runtime, create_service_app
+from libs.service import Runtime, consumes, create_service_app
 from libs.tools import ToolRegistry, default_registry
 
 from .agent_api import AGENT_BODIES, AgentApi, build_agent_router
 from .agent_channel import AgentChannel
-from .api import BODIES, Started, Surface, install
+from .api import Started, Surface, build_demo_router, install
 from .chat.deliveries import DeliveryExecutor
+from .chat.routes import BODIES, build_chat_router
 from .chat.turns import Turns
 from .projections import SurfaceView
 from .settings import Settings
@@ -121,6 +122,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             Context.BATCHES,
             Context.DELIVERIES,
         ),
+        # Asked for at start-up, once the delivery executor below (which takes the runtime)
+        # exists.
+        consumers=lambda: (consumes(Context.DELIVERIES, DELIVERIES, executor.on_delivery),),
     )
     surface = Surface(runtime=runtime, view=view, settings=settings, clock=clock, ids=ids)
     # Calls and agent connections are owned in one bucket (same owner, same owner-lost
@@ -134,9 +138,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runtime, view, settings, calls, clock=clock, ids=ids, agent=channel, ownership=ownership
     )
     agent_api = AgentApi(surface, channel)
-    runtime.consumer_factories = (
-        runtime.consumes(Context.DELIVERIES, DELIVERIES, executor.on_delivery),
-    )
     model = conversation_model(settings.model_modules, settings.model)
 
     async def on_start() -> None:
@@ -162,7 +163,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         runtime, title="holdline interaction-surface", on_start=on_start, on_stop=on_stop
     )
     install_problem_handlers(app)
-    install(app, surface)
+    install(app)
+    # The channels' routes (this order is the OpenAPI document's): chat, the demo's fault
+    # proxy, the Agent API, then voice.
+    app.include_router(build_chat_router(surface))
+    if settings.demo:
+        app.include_router(build_demo_router(surface))
     app.include_router(build_agent_router(agent_api))
     telephony = install_voice(
         app, surface, calls, settings=voice_settings, ownership=ownership, executor=executor

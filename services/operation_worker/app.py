@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 
 from libs import metrics, tracing
-from libs.bus import Context, DurableConsumer
+from libs.bus import Context
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK
 from libs.domain import TERMINAL
 from libs.events import OPERATIONS, WORK
 from libs.problems import install_problem_handlers, problem
-from libs.service import Runtime, create_service_app
+from libs.service import Runtime, consumes, create_service_app
 from libs.tools import CallbackRefused, default_registry, sandbox_client
 
 from .handlers import FOREIGN, Worker
@@ -34,30 +32,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         (t.name for t in registry.tools(include_internal=True)), [s.value for s in TERMINAL]
     )
 
-    def dispatch(runtime: Runtime) -> DurableConsumer[Any]:
-        return runtime.consumer(
-            Context.OPERATIONS,
-            durable="operation-worker-dispatch",
-            codec=OPERATIONS,
-            handler=worker.dispatch,
-        )
-
-    def work(runtime: Runtime) -> DurableConsumer[Any]:
-        # One message at a time per operation, many operations at once per worker.
-        return runtime.consumer(
-            Context.WORK,
-            durable="operation-worker-work",
-            codec=WORK,
-            handler=worker.work,
-            group_by=lambda subject: subject,
-            max_in_flight=settings.max_in_flight,
-        )
-
     runtime = Runtime(
         name="operation-worker",
         settings=settings.bus,
         publishes=(Context.OPERATIONS, Context.WORK, Context.DLQ),
-        consumer_factories=(dispatch, work),
+        # Asked for at start-up, once the worker below (which takes the runtime) exists. The
+        # durables are `operation-worker-dispatch` and `operation-worker-work`.
+        consumers=lambda: (
+            consumes(Context.OPERATIONS, OPERATIONS, worker.dispatch, role="dispatch"),
+            # One message at a time per operation, many operations at once per worker.
+            consumes(
+                Context.WORK,
+                WORK,
+                worker.work,
+                role="work",
+                group_by=lambda subject: subject,
+                max_in_flight=settings.max_in_flight,
+            ),
+        ),
     )
     # The process's one clock and id factory, chosen here at its root; the worker reads the
     # broker connection from the runtime once it is started.

@@ -29,7 +29,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from harness.surface import SurfaceStack, open_chat
-from services.interaction_surface.api import BODIES as SURFACE_BODIES
+from services.interaction_surface.chat.routes import BODIES as SURFACE_BODIES
 from services.sandbox_provider.domain import RESOURCE_PATTERN
 from services.sandbox_provider.handlers import BODIES as PROVIDER_BODIES
 

@@ -1,0 +1,307 @@
+"""The chat routes of docs/contract.md §6: sessions, turns, snapshot, timeline, stream,
+activity, handoff.
+
+`POST /v1/sessions` needs the tenant's `X-Api-Key` when the tenant has keys; every other
+route is a session's (bearer token, or `?token=` on the stream) and is checked by the
+shared `Surface` (`api.py`): body limits, strict decoding, tokens, expiry and rate limits
+are the same for chat, voice and the Agent API. `DELETE /v1/sessions/{id}` closes and erases
+a session: afterwards it answers 404 like any session that does not exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Annotated, Any, Literal
+
+import msgspec
+from fastapi import APIRouter, Request, WebSocket
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel
+
+from libs import metrics
+from libs.bus import Context
+from libs.domain import SessionState
+from libs.events import AgentHandedOff, SessionClosed, SessionOpened, UserActivity
+from libs.problems import problem
+
+from ..api import ProblemError, Surface, decode_body, deny, documented_problems, read_body
+from ..auth import api_key_ok, hash_token, new_token
+from ..diagnosis import diagnose
+from ..projections import ERASED, decode_cursor
+from ..snapshot import build_snapshot, causal_order, timeline_item
+from ..stream import SessionStream
+from .turns import TurnBusy, TurnInput, TurnPending
+
+log = logging.getLogger(__name__)
+
+Id = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+# Part of a KV key: dots only between characters (a leading, trailing or double dot is
+# an invalid key, which would fail the turn after validation instead of before it).
+ClientTurnId = Annotated[
+    str, msgspec.Meta(pattern=r"^[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*$", max_length=64)
+]
+
+
+class CreateSessionBody(msgspec.Struct, frozen=True, kw_only=True):
+    """`POST /v1/sessions`."""
+
+    user_id: Id
+    tenant_id: Id | None = None
+    agent: Id | None = None
+
+
+class TurnBody(msgspec.Struct, frozen=True, kw_only=True):
+    """`POST /v1/sessions/{id}/turns`."""
+
+    text: str
+    client_turn_id: ClientTurnId | None = None
+
+
+class ActivityBody(msgspec.Struct, frozen=True, kw_only=True):
+    """`POST /v1/sessions/{id}/activity`."""
+
+    typing: bool
+
+
+class HandoffBody(msgspec.Struct, frozen=True, kw_only=True):
+    """`POST /v1/sessions/{id}/handoff`; `context` overrides the configured default."""
+
+    agent: Id
+    context: Literal["fresh", "carried"] | None = None
+
+
+# The bodies each route decodes itself, published in the OpenAPI document (libs.openapi).
+BODIES: dict[tuple[str, str], type[Any]] = {
+    ("/v1/sessions", "post"): CreateSessionBody,
+    ("/v1/sessions/{session_id}/turns", "post"): TurnBody,
+    ("/v1/sessions/{session_id}/activity", "post"): ActivityBody,
+    ("/v1/sessions/{session_id}/handoff", "post"): HandoffBody,
+}
+
+
+class ErasedOut(BaseModel):
+    """`DELETE /v1/sessions/{id}`: the session is closed and its texts erased."""
+
+    session_id: str
+    status: Literal["erased"]
+    pending_operations: list[str]
+
+
+def build_chat_router(surface: Surface) -> APIRouter:
+    """Every route of the chat API, over the shared surface (its turns once started)."""
+    router = APIRouter()
+    _write_routes(router, surface)
+    _read_routes(router, surface)
+    return router
+
+
+def _write_routes(router: APIRouter, surface: Surface) -> None:
+    settings = surface.settings
+
+    @router.post("/v1/sessions", status_code=201)
+    async def create_session(request: Request) -> Response:
+        body = decode_body(await read_body(request, settings.max_body_bytes), CreateSessionBody)
+        tenant = body.tenant_id or settings.default_tenant
+        if not api_key_ok(settings.tenant_api_keys, tenant, request.headers.get("x-api-key")):
+            raise ProblemError(
+                401, "Unauthorized", "a valid X-Api-Key for the tenant is required",
+                slug="unauthorized",
+            )
+        session_id = surface.ids.new("s")
+        issued = new_token()
+        agent = body.agent or settings.default_agent
+        await surface.append_interaction(
+            session_id,
+            SessionOpened(
+                user_id=body.user_id, tenant_id=tenant, agent=agent, token_hash=hash_token(issued)
+            ),
+            expect=True,
+            agent=agent,
+        )
+        return JSONResponse(
+            {"session_id": session_id, "token": issued, "agent": agent}, status_code=201
+        )
+
+    @router.post(
+        "/v1/sessions/{session_id}/turns",
+        responses=documented_problems(400, 401, 404, 409, 413, 422, 429),
+    )
+    async def turn(session_id: str, request: Request) -> Response:
+        with metrics.turn_phase("route"):
+            return await _turn(session_id, request)
+
+    async def _turn(session_id: str, request: Request) -> Response:
+        with metrics.turn_phase("auth"):
+            state = await surface.session(session_id, request.headers.get("authorization"))
+        with metrics.turn_phase("parse"):
+            body = decode_body(await read_body(request, settings.max_body_bytes), TurnBody)
+        text = body.text.strip()
+        if not text:
+            raise ProblemError(422, "Invalid request", "text must not be empty")
+        if len(text) > settings.max_text_chars:
+            raise ProblemError(
+                422, "Invalid request", f"text is longer than {settings.max_text_chars} characters"
+            )
+        if state.closed:
+            raise ProblemError(409, "Conflict", "the session is closed", slug="session-closed")
+        surface.limit(state)
+        assert surface.turns is not None
+        try:
+            answer = await surface.turns.handle(
+                TurnInput(session=state, text=text, client_turn_id=body.client_turn_id)
+            )
+        except TurnBusy:
+            raise ProblemError(
+                409, "Conflict", "another turn of this session is still being answered"
+            ) from None
+        except TurnPending:
+            raise ProblemError(
+                409, "Conflict", "this client_turn_id is still being answered; retry"
+            ) from None
+        with metrics.turn_phase("respond"):
+            return JSONResponse(answer)
+
+    @router.delete(
+        "/v1/sessions/{session_id}",
+        response_model=ErasedOut,
+        responses=documented_problems(401, 404, 409),
+    )
+    async def erase(session_id: str, request: Request) -> Response:
+        state = await surface.session(session_id, request.headers.get("authorization"))
+        pending = await erase_session(surface, state)
+        return JSONResponse(
+            {"session_id": session_id, "status": "erased", "pending_operations": pending}
+        )
+
+
+def _read_routes(router: APIRouter, surface: Surface) -> None:
+    settings = surface.settings
+
+    @router.get("/v1/sessions/{session_id}", responses=documented_problems(401, 404))
+    async def snapshot(session_id: str, request: Request) -> Response:
+        await surface.session(session_id, request.headers.get("authorization"))
+        await surface.view.sync()
+        state = surface.view.session(session_id)
+        found = surface.view.log(session_id)
+        assert state is not None
+        assert found is not None
+        view = surface.view
+        return JSONResponse(
+            build_snapshot(
+                state,
+                view.session_operations(session_id),
+                view.session_batches(session_id),
+                view.session_deliveries(session_id),
+                found.cursor,
+                label=view.label,
+            )
+        )
+
+    @router.get("/v1/sessions/{session_id}/timeline", responses=documented_problems(401, 404))
+    async def timeline(session_id: str, request: Request) -> Response:
+        await surface.session(session_id, request.headers.get("authorization"))
+        await surface.view.sync()
+        found = surface.view.log(session_id)
+        entries = found.entries if found is not None else []
+        items = [timeline_item(e) for e in causal_order(entries)]
+        return JSONResponse(
+            {"session_id": session_id, "events": items, "diagnosis": diagnose(items)}
+        )
+
+    @router.post(
+        "/v1/sessions/{session_id}/activity",
+        status_code=202,
+        responses=documented_problems(400, 401, 404, 413, 422, 429),
+    )
+    async def activity(session_id: str, request: Request) -> Response:
+        state = await surface.session(session_id, request.headers.get("authorization"))
+        body = decode_body(await read_body(request, settings.max_body_bytes), ActivityBody)
+        surface.limit(state)
+        await surface.append_interaction(
+            session_id, UserActivity(typing=body.typing), expect=False, agent=state.agent
+        )
+        return JSONResponse({"typing": body.typing}, status_code=202)
+
+    @router.post(
+        "/v1/sessions/{session_id}/handoff",
+        responses=documented_problems(400, 401, 404, 409, 413, 422, 429),
+    )
+    async def handoff(session_id: str, request: Request) -> Response:
+        state = await surface.session(session_id, request.headers.get("authorization"))
+        body = decode_body(await read_body(request, settings.max_body_bytes), HandoffBody)
+        surface.limit(state)
+        context = body.context or settings.handoff_context
+        pending = [
+            o.operation_id for o in surface.view.session_operations(session_id) if not o.terminal
+        ]
+        if body.agent != state.agent:
+            await surface.append_interaction(
+                session_id,
+                AgentHandedOff(from_agent=state.agent, to_agent=body.agent, context=context),
+                expect=True,
+                agent=body.agent,
+            )
+            if pending:
+                metrics.HANDOFFS_WITH_PENDING.inc()
+        return JSONResponse(
+            {
+                "session_id": session_id,
+                "agent": body.agent,
+                "from_agent": state.agent,
+                "context": context,
+                "pending_operations": pending,
+            }
+        )
+
+    @router.websocket("/v1/sessions/{session_id}/stream")
+    async def stream(websocket: WebSocket, session_id: str) -> None:
+        try:
+            await surface.session_for_token(session_id, websocket.query_params.get("token"))
+            after = decode_cursor(websocket.query_params.get("after"))
+        except ProblemError as exc:
+            await deny(websocket, exc.response())
+            return
+        except ValueError as exc:
+            await deny(websocket, problem(400, "Bad request", str(exc)))
+            return
+        await websocket.accept()
+        await SessionStream(surface.view, websocket, session_id).run(after)
+
+
+async def erase_session(surface: Surface, state: SessionState) -> list[str]:
+    """Close the session, then purge its interaction events (texts included) from the stream.
+
+    Operations keep running to their business outcome; the policy suppresses what would have
+    been said. Returns the operations still pending.
+    """
+    session_id = state.session_id
+    pending = [
+        o.operation_id for o in surface.view.session_operations(session_id) if not o.terminal
+    ]
+    await surface.append_interaction(
+        session_id, SessionClosed(reason=ERASED), expect=True, agent=state.agent
+    )
+    found = surface.view.log(session_id)
+    assert found is not None
+    closed_seq = found.session_seq
+    # A turn being answered still writes its reply: wait for it (bounded) so the purge
+    # takes that text too.
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + surface.settings.turn_wait_s
+    while found.open_turn is not None and loop.time() < deadline:
+        await surface.view.wait_session_change(session_id, deadline - loop.time())
+    if found.session_seq != closed_seq:
+        # Something landed after the close: end the subject with the marker again.
+        await surface.append_interaction(
+            session_id, SessionClosed(reason=ERASED), expect=False, agent=state.agent
+        )
+    # Everything of the subject but its last message (the close) is deleted for good.
+    topology = surface.runtime.topology
+    await surface.runtime.jetstream.purge_stream(
+        topology.stream_name(Context.INTERACTION),
+        subject=topology.session_subject(session_id),
+        keep=1,
+    )
+    log.info("session %s erased; %d operations still pending", session_id, len(pending))
+    return pending
