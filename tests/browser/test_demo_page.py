@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import time
+import asyncio
 from pathlib import Path
 
+import httpx
 import pytest
 from selenium import webdriver
 from selenium.webdriver.common.by import By
@@ -12,6 +13,7 @@ from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
 
 from harness.surface import SurfaceStack
+from tests.support.drained import settled
 
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
 
@@ -31,6 +33,24 @@ def _statuses(driver: webdriver.Chrome) -> list[str]:
     script = "return [...document.querySelectorAll('.op')].map(e => e.dataset.status);"
     found: list[str] = driver.execute_script(script)
     return found
+
+
+def _shown_to_the_end(
+    driver: webdriver.Chrome, stack: SurfaceStack, wait: WebDriverWait[webdriver.Chrome]
+) -> None:
+    """Until the page has received every event its session will have: the services have
+    handled everything on the bus, and the page's cursor reached the session's last event."""
+    asyncio.run(settled(stack))
+    session = driver.execute_script("return state.session;")
+    response = httpx.get(
+        f"{stack.url}/v1/sessions/{session['session_id']}",
+        headers={"Authorization": f"Bearer {session['token']}"},
+        timeout=10.0,
+    )
+    assert response.status_code == 200, response.text
+    # The snapshot reads the streams up to their ends first: its cursor is the last one.
+    last = response.json()["cursor"]
+    wait.until(lambda d: d.execute_script("return state.cursor;") == last)
 
 
 @pytest.mark.timeout(120)
@@ -62,13 +82,14 @@ def test_a_visitor_runs_a_batch_sees_one_closing_and_watches_a_retry(
     assert "All done: github, jira and confluence." in closing
     script = "return [...document.querySelectorAll('#deliveries .row')].map(e => e.dataset.status);"
     wait.until(lambda d: "delivered" in d.execute_script(script))
-    time.sleep(1.0)
+    _shown_to_the_end(browser, stack, wait)
     assert _count(browser, ".msg.closing") == 1
     assert browser.find_element(By.ID, "sync-mode").text == "proactive"
 
     # Toggle a failure: the provider answers 503, the worker retries, visibly.
     browser.find_element(By.CSS_SELECTOR, "label.toggle:has([data-fault='5xx']) .switch").click()
-    time.sleep(0.3)
+    # The page registered the fault with the provider (it keeps the fault's id once created).
+    wait.until(lambda d: d.execute_script("return state.faults.has('5xx');"))
     box.send_keys("Give me access to figma")
     box.send_keys(Keys.ENTER)
     wait.until(lambda d: _count(d, ".attempt.retry") >= 1)
@@ -79,7 +100,7 @@ def test_a_visitor_runs_a_batch_sees_one_closing_and_watches_a_retry(
     browser.find_element(By.CSS_SELECTOR, "label.toggle:has([data-fault='5xx']) .switch").click()
     wait.until(lambda d: _statuses(d)[3:] in (["committed"], ["failed_final"]))
     wait.until(lambda d: _count(d, ".msg.closing") == 2)
-    time.sleep(0.5)
+    _shown_to_the_end(browser, stack, wait)
     assert _count(browser, ".msg.closing") == 2
     assert _count(browser, "#timeline li") > 20
     # The Diagnosis card answers from the timeline: our retry sent it again, nothing lost.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from harness.processes import Broker
@@ -20,6 +21,43 @@ from libs.bus import (
 from libs.config import BusSettings
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent
 from tests.support.events import envelope
+
+# nats-server's file store keeps a consumer's state in `obs/<durable>/o.dat`: a magic byte, a
+# version (2), then the ack floor as two unsigned varints, consumer sequence then stream's.
+_STATE_MAGIC, _STATE_VERSION = 22, 2
+
+
+def _uvarint(data: bytes, at: int) -> tuple[int, int]:
+    value, shift = 0, 0
+    while True:
+        byte = data[at]
+        value |= (byte & 0x7F) << shift
+        at += 1
+        if byte < 0x80:
+            return value, at
+        shift += 7
+
+
+def _stored_ack_floor(store: Path, durable: str) -> int | None:
+    """The stream sequence of the consumer's ack floor as written to disk, if readable."""
+    for path in store.glob(f"jetstream/*/streams/*/obs/{durable}/o.dat"):
+        data = path.read_bytes()
+        if len(data) < 4 or (data[0], data[1]) != (_STATE_MAGIC, _STATE_VERSION):
+            return None
+        try:
+            _, at = _uvarint(data, 2)
+            return _uvarint(data, at)[0]
+        except IndexError:  # caught mid-write
+            return None
+    return None
+
+
+async def _ack_floor_on_disk(store: Path, durable: str, seq: int, timeout_s: float = 10) -> None:
+    """Until the broker has written the consumer's acks up to `seq` to its store (bounded)."""
+    deadline = time.monotonic() + timeout_s
+    while (found := _stored_ack_floor(store, durable)) is None or found < seq:
+        assert time.monotonic() < deadline, f"ack floor on disk {found}, not {seq}"
+        await asyncio.sleep(0.02)
 
 
 async def test_kill9_loses_no_acknowledged_event_and_consumers_resume_from_ack_floor(
@@ -70,7 +108,7 @@ async def test_kill9_loses_no_acknowledged_event_and_consumers_resume_from_ack_f
         # The broker persists consumer ack state asynchronously; acks from the last moment
         # before a crash can be redelivered (handlers are idempotent for exactly that reason).
         # Once that flush happened, a crash must not send acknowledged work again.
-        await asyncio.sleep(1.5)
+        await _ack_floor_on_disk(broker.store, "resume", max(handled))
 
         broker.kill9()
         broker.start()

@@ -35,6 +35,7 @@ from harness.surface import (
     open_chat,
     unique,
 )
+from tests.support.drained import settled
 
 from .conftest import RUNTIME_SERVICES, ObservedStack, scrape
 
@@ -252,8 +253,9 @@ async def test_a_scripted_conversation_moves_every_relevant_measure(
             _confirmed_transfer(chats[3]),
             _next_turn(chats[4], stack),
         )
-    # Let the last decisions and metrics settle (the policy observes after its append).
-    await asyncio.sleep(0.5)
+    # Every service observes a measure in the handler of the message that moved it, before
+    # acknowledging it: once the bus has drained, every measure has moved.
+    await settled(stack)
     after = _scrape_all(stack)
     turns = 2 + 2 + 1 + 2 + 2
 

@@ -35,6 +35,7 @@ from harness.surface import Chat, SurfaceStack, closings, eventually, open_chat,
 from libs.bus import Context, Topology, connect
 from libs.bus.topology import InvalidPartition, Partition, partition_of
 from libs.config import BusSettings
+from tests.support.drained import settled
 
 PARTITIONED = ("batch_coordinator", "delivery_policy")
 # Enough sessions that each partition owns several of them.
@@ -242,9 +243,13 @@ async def test_each_partition_closes_only_its_sessions_and_recovers_after_kill(
         survivors = list(await asyncio.gather(*(_ask(c) for c in owned[0])))
         orphans = list(await asyncio.gather(*(_ask(c) for c in owned[1])))
         await _all_closed_exactly_once(owned[0], survivors)
-        # Partition 0 never steps in for partition 1's sessions.
+        # Partition 0 never steps in for partition 1's sessions: not when they commit, nor
+        # once every running consumer (all but partition 1's) has handled the commits.
         for chat, batch in zip(owned[1], orphans, strict=True):
             await eventually(functools.partial(_committed_but_untouched, chat, batch), timeout_s=30)
+        await settled(stack, only=lambda durable: not durable.endswith("-p1"))
+        for chat, batch in zip(owned[1], orphans, strict=True):
+            assert await _committed_but_untouched(chat, batch)
 
         # Partition 1 comes back: rebuilt from the streams, it closes each batch once.
         for name in PARTITIONED:
@@ -252,5 +257,6 @@ async def test_each_partition_closes_only_its_sessions_and_recovers_after_kill(
         for name in PARTITIONED:
             stack.procs[f"{name}_p1"].wait_ready(60)
         await _all_closed_exactly_once(owned[1], orphans)
-        # And partition 0's sessions were not closed a second time meanwhile.
-        await _all_closed_exactly_once(owned[0], survivors)
+        # And no session was closed a second time meanwhile, once all of it was handled.
+        await settled(stack)
+        await _all_closed_exactly_once(owned[0] + owned[1], survivors + orphans)
