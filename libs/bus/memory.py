@@ -105,6 +105,10 @@ class MemoryEventStore:
             )
         return out
 
+    async def last_seq(self, stream: str, subject: str) -> int:
+        """The subject's last sequence (0: the subject is empty)."""
+        return self._last.get(subject, 0)
+
     async def claim_once(self, bucket: str, key: str, value: bytes) -> Claim:
         """Claim a key forever (see `EventStore.claim_once`)."""
         keys = self._claims[bucket]

@@ -42,6 +42,10 @@ class EventStore(Protocol):
         """Every message of one subject (wildcards allowed), in stream order."""
         ...
 
+    async def last_seq(self, stream: str, subject: str) -> int:
+        """The stream sequence of the subject's last message (0: the subject is empty)."""
+        ...
+
     async def claim_once(self, bucket: str, key: str, value: bytes) -> Claim:
         """Claim a key of a bucket forever; the same value again returns the first claim,
         another value raises `ClaimConflict`."""

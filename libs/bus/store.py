@@ -250,6 +250,12 @@ class NatsEventStore:
             self._js, stream, subject, codec, consistent=self._timings.consistent_reads
         )
 
+    async def last_seq(self, stream: str, subject: str) -> int:
+        """The subject's last sequence, from the stream's leader (one request)."""
+        from .replay import last_subject_seq  # noqa: PLC0415
+
+        return await last_subject_seq(self._js, stream, subject)
+
     async def claim_once(self, bucket: str, key: str, value: bytes) -> Claim:
         """Claim a key of a bucket (by purpose) forever."""
         return await claim_once(self._buckets[bucket], key, value, timings=self._timings)

@@ -24,6 +24,7 @@ from libs.events import (
     INTERACTION,
     OPERATIONS,
     DeliveryEvent,
+    DeliveryReady,
     DeliveryUnheard,
     Envelope,
     InteractionEvent,
@@ -132,21 +133,26 @@ class Gate:
         await self.hydrated.wait()
         env = received.envelope
         if self.state.apply_delivery(env, received.stream_seq):
-            if isinstance(env.event, DeliveryUnheard):
+            if isinstance(env.event, DeliveryReady | DeliveryUnheard):
                 await self._catch_up_channel(env.session_id)
             await self.evaluate_session(env.session_id, cause=env.event_id)
 
     async def _catch_up_channel(self, session_id: str) -> None:
-        """Fold the session's interaction events written before an unheard delivery.
+        """Before a new or an unheard closing is decided: the session's channel up to date.
 
-        The surface records a lost connection before it gives the closing back, but that
-        record travels on another stream's consumer and may arrive later: deciding on the
-        older view would hand the closing to the dead connection again, once per lap.
+        The channel travels on another stream's consumer and may arrive later than the
+        delivery: a handoff would not yet have made an agent-owned result irrelevant, or a
+        lost connection (recorded before the closing was given back) would be handed the
+        closing again, once per lap. One request says whether the view is behind; only then
+        is the session's subject read.
         """
         topo = self._rt.topology
-        replayed = await self._events.read_subject(
-            topo.stream_name(Context.INTERACTION), topo.session_subject(session_id), INTERACTION
-        )
+        stream, subject = topo.stream_name(Context.INTERACTION), topo.session_subject(session_id)
+        if await self._events.last_seq(stream, subject) <= self.state.channels.last_seq.get(
+            session_id, 0
+        ):
+            return
+        replayed = await self._events.read_subject(stream, subject, INTERACTION)
         for item in replayed.items:
             self.state.apply_interaction(item.envelope, item.stream_seq)
 

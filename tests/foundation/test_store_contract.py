@@ -135,6 +135,19 @@ async def test_read_returns_one_subject_in_order(store: EventStore, topology: To
     assert len(both.items) == 6
 
 
+async def test_last_seq_is_the_subjects_last_message(
+    store: EventStore, topology: Topology
+) -> None:
+    stream = topology.stream_name(Context.OPERATIONS)
+    mine = topology.operation_subject("s1", "op_last")
+    other = topology.operation_subject("s1", "op_other")
+    assert await store.last_seq(stream, mine) == 0
+    first = await store.append(OPERATIONS, mine, _admitted("op_last", event_id="ev_last_1"))
+    later = await store.append(OPERATIONS, other, _admitted("op_other", event_id="ev_other_1"))
+    assert await store.last_seq(stream, mine) == first.seq
+    assert await store.last_seq(stream, other) == later.seq > first.seq
+
+
 async def test_claim_once(store: EventStore) -> None:
     first = await store.claim_once("intents", "ik-1", b"op-1")
     again = await store.claim_once("intents", "ik-1", b"op-1")

@@ -121,3 +121,24 @@ async def test_an_unheard_closing_is_decided_on_the_channel_written_before_it() 
     assert last.decision == "attach_next_turn", last
     assert last.reason.startswith("channel_disconnected")
     await gate.stop()
+
+
+async def test_a_ready_closing_is_decided_on_the_channel_written_before_it() -> None:
+    store, clock = MemoryEventStore(), ManualClock(at=T0)
+    gate = _gate(store, clock)
+    topo = gate._rt.topology
+    session, subject = topo.session_subject("s1"), topo.delivery_subject("s1", "d2")
+    attached = await put(store, INTERACTION, session, envelope(
+        ChannelConnected(channel="agent", connection_id="agent_1"), session_id="s1"))
+    await gate.on_interaction(attached)
+    # Written before the closing, but not yet delivered to the gate's interaction consumer.
+    await put(store, INTERACTION, session, envelope(
+        ChannelDisconnected(channel="agent", connection_id="agent_1"), session_id="s1"))
+
+    await gate.on_delivery(await put(store, DELIVERIES, subject, _ready("d2")))
+
+    [decided] = [i.envelope.event for i in
+                 (await store.read_subject("deliveries", subject, DELIVERIES)).items[1:]]
+    assert isinstance(decided, DeliveryDecided)
+    assert decided.decision == "attach_next_turn", decided
+    await gate.stop()
