@@ -24,6 +24,27 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def send(proc: subprocess.Popen[bytes] | None, sig: int) -> bool:
+    """Signal a child that still runs; False when there is none (it never started or ended)."""
+    if proc is None or proc.poll() is not None:
+        return False
+    proc.send_signal(sig)
+    return True
+
+
+def end(proc: subprocess.Popen[bytes] | None, timeout_s: float) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout_s`. A stopped (SIGSTOP)
+    child is continued first: it cannot handle SIGTERM while stopped."""
+    if proc is None or not send(proc, signal.SIGCONT):
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
 def wait_port(port: int, timeout_s: float = 15.0) -> None:
     """Block until something accepts connections on the port."""
     deadline = time.monotonic() + timeout_s
@@ -85,32 +106,22 @@ class Broker:
 
     def kill9(self) -> None:
         """SIGKILL the server, as a crash would."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None and send(self.proc, signal.SIGKILL):
             self.proc.wait(timeout=10)
 
     def pause(self) -> None:
         """SIGSTOP: the node keeps its sockets open and answers nothing."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGSTOP)
+        if send(self.proc, signal.SIGSTOP):
             self.paused = True
 
     def resume(self) -> None:
         """SIGCONT after `pause`."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
+        send(self.proc, signal.SIGCONT)
         self.paused = False
 
     def stop(self) -> None:
         """Stop the server if it runs."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # a paused server cannot handle SIGTERM
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        end(self.proc, timeout_s=10)
 
 
 @dataclass
@@ -161,29 +172,20 @@ class ServiceProcess:
 
     def kill9(self) -> None:
         """SIGKILL the process."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
+        if self.proc is not None and send(self.proc, signal.SIGKILL):
             self.proc.wait(timeout=10)
 
     def pause(self) -> None:
         """SIGSTOP: the process keeps its sockets but does nothing, as a long GC pause would."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGSTOP)
+        send(self.proc, signal.SIGSTOP)
 
     def resume(self) -> None:
         """SIGCONT after `pause`."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)
+        send(self.proc, signal.SIGCONT)
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL if it does not exit in time."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        end(self.proc, timeout_s=15)
 
     def tail(self, lines: int = 40) -> str:
         """The end of the process's log, for failure messages."""

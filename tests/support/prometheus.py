@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import yaml
 
-from harness.processes import ROOT, free_port
+from harness.processes import ROOT, end, free_port
 
 LOCAL_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus-local.yml"
 CLUSTER_CONFIG = ROOT / "deploy" / "prometheus" / "prometheus-local-cluster.yml"
@@ -107,13 +107,7 @@ class Prometheus:
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=5)
+        end(self.proc, timeout_s=10)
 
     def tail(self, lines: int = 20) -> str:
         """The end of the server's log."""
