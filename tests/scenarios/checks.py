@@ -37,6 +37,14 @@ _TERMINAL = {
 _SAID = ("delivery.delivered", "delivery.spoken")
 
 
+def ids(answer: dict[str, Any]) -> tuple[str, list[str]]:
+    """The batch id and operation ids a turn admitted (one batch, at least one operation)."""
+    ops = answer["operations"]
+    assert ops, answer
+    assert len({o["batch_id"] for o in ops}) == 1
+    return ops[0]["batch_id"], [o["operation_id"] for o in ops]
+
+
 def tag(item: Received[Any]) -> str:
     """The event type of a stored message."""
     return str(item.envelope.event.__struct_config__.tag)

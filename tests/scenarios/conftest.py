@@ -9,6 +9,16 @@ import pytest
 
 from harness.processes import Broker
 from harness.surface import SurfaceStack, running_stack
+from tests.voice.phone import AUTH_TOKEN
+
+# The phone scenarios' stack: signed Twilio streams, short endpointing and quiet windows.
+PHONE_ENV = {
+    "HOLDLINE_MIN_QUIET_MS": "300",
+    "HOLDLINE_DELIVERY_WINDOW_MS": "20000",
+    "TWILIO_AUTH_TOKEN": AUTH_TOKEN,
+    "HOLDLINE_VAD_MIN_SPEECH_MS": "60",
+    "HOLDLINE_VAD_ENDPOINT_MS": "400",
+}
 
 
 def running(

@@ -6,7 +6,6 @@ import asyncio
 import json
 import signal
 from collections.abc import Iterator
-from typing import Any
 
 import httpx
 import pytest
@@ -33,6 +32,7 @@ from .checks import (
     event_of,
     final_said,
     held_back,
+    ids,
     in_order,
     ledger,
     tag,
@@ -56,14 +56,6 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             "HOLDLINE_MIN_QUIET_MS": "600",
         },
     )
-
-
-def ids(answer: dict[str, Any]) -> tuple[str, list[str]]:
-    """The batch id and operation ids a turn admitted."""
-    ops = answer["operations"]
-    assert ops, answer
-    assert len({o["batch_id"] for o in ops}) == 1
-    return ops[0]["batch_id"], [o["operation_id"] for o in ops]
 
 
 async def test_timeout_after_sending_a_mutation(

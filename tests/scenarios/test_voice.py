@@ -16,7 +16,7 @@ from harness.surface import SurfaceStack, eventually, fault, open_chat, unique
 from libs.bus import Context
 from services.interaction_surface.voice.codec import silence_ulaw
 from tests.support.drained import settled
-from tests.voice.phone import AUTH_TOKEN, CUT, Phone, speech
+from tests.voice.phone import CUT, Phone, speech
 
 from .checks import (
     closed_once,
@@ -24,12 +24,13 @@ from .checks import (
     effects_of,
     final_said,
     heard_once,
+    ids,
     in_order,
     marks_of,
     timeline,
     voice_batch,
 )
-from .conftest import running
+from .conftest import PHONE_ENV, running
 
 # Past the end of an utterance's playback, when a test shows it was not taken as played.
 PLAYOUT_MARGIN_S = 0.5
@@ -42,20 +43,10 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         broker,
         tmp_path_factory,
         {
-            "HOLDLINE_MIN_QUIET_MS": "300",
-            "HOLDLINE_DELIVERY_WINDOW_MS": "20000",
-            "TWILIO_AUTH_TOKEN": AUTH_TOKEN,
-            "HOLDLINE_VAD_MIN_SPEECH_MS": "60",
-            "HOLDLINE_VAD_ENDPOINT_MS": "400",
+            **PHONE_ENV,
         },
         {"HOLDLINE_MODEL_MODULES": "tests.scenarios.slow_model", "HOLDLINE_MODEL": "ponderous"},
     )
-
-
-def ids(answer: dict[str, Any]) -> tuple[str, list[str]]:
-    """The batch id and operation ids a chat turn admitted."""
-    ops = answer["operations"]
-    return ops[0]["batch_id"], [o["operation_id"] for o in ops]
 
 
 def params(chat: Any) -> dict[str, str]:

@@ -27,7 +27,7 @@ from harness.stimuli import at_level, hiss, speech_level
 from harness.surface import Chat, SurfaceStack, closings, eventually, fault, open_chat, unique
 from libs.bus import Context
 from services.interaction_surface.voice.codec import pcm16_to_ulaw, silence_ulaw, ulaw_to_pcm16
-from tests.voice.phone import AUTH_TOKEN, Phone, Utterance, speech
+from tests.voice.phone import Phone, Utterance, speech
 
 from .checks import (
     Durable,
@@ -38,13 +38,14 @@ from .checks import (
     event_of,
     heard_once,
     held_back,
+    ids,
     in_order,
     ledger,
     tag,
     timeline,
     voice_batch,
 )
-from .conftest import running
+from .conftest import PHONE_ENV, running
 
 DAY = "2026-12-24"
 # Said over the work, at real-time pace: words the domain LM knows and the mock model
@@ -61,11 +62,7 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         broker,
         tmp_path_factory,
         {
-            "HOLDLINE_MIN_QUIET_MS": "300",
-            "HOLDLINE_DELIVERY_WINDOW_MS": "20000",
-            "TWILIO_AUTH_TOKEN": AUTH_TOKEN,
-            "HOLDLINE_VAD_MIN_SPEECH_MS": "60",
-            "HOLDLINE_VAD_ENDPOINT_MS": "400",
+            **PHONE_ENV,
             "HOLDLINE_SANDBOX_CALLBACK_TWICE": "1",
             # No cut is part of these scenarios: the agent's audio goes out whole and the
             # phone plays it four times faster (a clear would still flush it, and show).
@@ -74,13 +71,6 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             "HOLDLINE_CALL_OWNER_TTL_S": "3",
         },
     )
-
-
-def ids(answer: dict[str, Any]) -> tuple[str, list[str]]:
-    """The batch id and operation ids a typed turn admitted."""
-    ops = answer["operations"]
-    assert ops, answer
-    return ops[0]["batch_id"], [o["operation_id"] for o in ops]
 
 
 async def dial(stack: SurfaceStack, chat: Chat, **options: Any) -> Phone:
