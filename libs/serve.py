@@ -63,6 +63,10 @@ def serve(
         log_level=settings.log_level.lower(),
         access_log=False,
         proxy_headers=proxy_headers,
+        # uvloop and httptools (both in the `server` extra) when importable, else asyncio's
+        # own loop and h11: the services work on either, uvloop costs less per message.
+        loop="auto",
+        http="auto",
         # Leave time for in-flight requests and consumer drains, within the supervisor's budget.
         timeout_graceful_shutdown=int(settings.graceful_shutdown_s),
     )
