@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -17,11 +18,39 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 
 
+# Ports handed to services come from below the kernel's ephemeral range (where the client
+# side of every connection takes its port), in a block of their own per pytest-xdist worker:
+# two workers of one run never pick the same port, and one process never hands out a port
+# twice. The start within the block is random, so two runs on one machine rarely meet either.
+_PORT_BASE = 20000
+_PORT_BLOCK = 1500
+
+
+def _port_block() -> range:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    digits = "".join(ch for ch in worker if ch.isdigit())
+    index = int(digits) + 1 if digits else 0
+    start = _PORT_BASE + (index % 8) * _PORT_BLOCK
+    return range(start, start + _PORT_BLOCK)
+
+
+_BLOCK = _port_block()
+_next_port = _BLOCK.start + random.randrange(len(_BLOCK))
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing listens on right now, not handed out before."""
+    global _next_port  # noqa: PLW0603 - one counter per process, by design
+    for _ in range(len(_BLOCK)):
+        port = _next_port
+        _next_port = _BLOCK.start + (port + 1 - _BLOCK.start) % len(_BLOCK)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_BLOCK.start}-{_BLOCK.stop - 1}")
 
 
 def send(proc: subprocess.Popen[bytes] | None, sig: int) -> bool:
