@@ -77,7 +77,7 @@ def steps(quick: bool) -> list[Step]:
             Step("cluster", "bench.cluster", (), 240),
             Step("recovery", "bench.recovery", (), 150),
             # The cost model: 40 sequential turns, then 30 sessions paced a turn every 3 s.
-            Step("messages", "bench.messages", ("--turns", "40", "--sessions", "1", "30"), 80),
+            Step("messages", "bench.messages", ("--turns", "40", "--sessions", "1", "30"), 90),
         ]
     if (ROOT / "bench" / "voice.py").exists():
         voice_args = (
