@@ -269,7 +269,9 @@ async def _run(
         load_after = os.getloadavg()[0]
         polls = sum(s.polls for s in sessions)
         committed, closed = await _counted(sessions)
-        # One snapshot read's cost, on these sessions (their history is the run's).
+        # One snapshot read's cost, on these sessions (their history is the run's), once the
+        # run's trailing work has settled.
+        await asyncio.sleep(SETTLE_S)
         calibrating = _mark(monitor, pids)
         for i in range(POLL_CALIBRATION):
             await sessions[i % len(sessions)].snapshot()
