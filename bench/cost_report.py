@@ -2,7 +2,8 @@
 
 Reads what `bench.messages`, `bench.ops`, `bench.acceptance`, `bench.recovery` and
 `bench/results/design-changes.json` hold; every reader takes a missing file, section or key
-(an older format) as "not measured" rather than failing the report.
+(an older format) as "not measured" rather than failing the report. (~420 lines in one
+module: the four sections share those defensive readers and the issue's targets.)
 """
 
 from __future__ import annotations
