@@ -5,7 +5,9 @@
 Each benchmark runs as its own process (each starts its own broker and services) and writes
 its JSON under `bench/results/`; its output goes to `bench/results/logs/<step>.log` so the
 bar stays readable. The operation plane also runs at two smaller session counts, for the
-throughput-vs-sessions plot. A `bench/voice.py`, when present, runs too. Then
+throughput-vs-sessions plot. The cost model (`bench.messages`: broker messages and CPU per
+turn and per operation, sequential and under 30 paced sessions) runs last of the stack
+benchmarks. A `bench/voice.py`, when present, runs too. Then
 `bench.report` merges everything into `latest.json` and `latest.md` with plots.
 """
 
@@ -59,6 +61,8 @@ def steps(quick: bool) -> list[Step]:
             Step("cluster", "bench.cluster", ("--sessions", "10", "--turns", "3",
                                               "--operations", "200", "--kill-trials", "1"), 90),
             Step("recovery", "bench.recovery", ("--trials", "1"), 60),
+            Step("messages", "bench.messages", ("--turns", "10", "--sessions", "1", "5",
+                                                "--paced-turns", "3", "--period", "1"), 40),
         ]
     else:
         found = [
@@ -72,6 +76,8 @@ def steps(quick: bool) -> list[Step]:
             Step("agent_api", "bench.agent_api", (), 60),
             Step("cluster", "bench.cluster", (), 240),
             Step("recovery", "bench.recovery", (), 150),
+            # The cost model: 40 sequential turns, then 30 sessions paced a turn every 3 s.
+            Step("messages", "bench.messages", ("--turns", "40", "--sessions", "1", "30"), 90),
         ]
     if (ROOT / "bench" / "voice.py").exists():
         voice_args = (

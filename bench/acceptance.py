@@ -64,10 +64,12 @@ async def _post(
 
 
 class _Session:
-    """One chat session of the load generator."""
+    """One chat session of the load generator; each turn asks for `accesses` accesses."""
 
-    def __init__(self, client: httpx.AsyncClient) -> None:
+    def __init__(self, client: httpx.AsyncClient, accesses: int = 3) -> None:
         self._client = client
+        self._accesses = accesses
+        self.session_id = ""
         self._path = ""
         self._auth: dict[str, str] = {}
         self._tag = uuid.uuid4().hex[:5]
@@ -79,20 +81,26 @@ class _Session:
         )
         created.raise_for_status()
         body = created.json()
-        self._path = f"/v1/sessions/{body['session_id']}/turns"
+        self.session_id = str(body["session_id"])
+        self._path = f"/v1/sessions/{self.session_id}/turns"
         self._auth = {"Authorization": f"Bearer {body['token']}"}
 
-    async def turn(self) -> None:
+    async def turn(self) -> dict[str, Any]:
+        """One turn (a batch of `accesses` operations); returns the surface's answer."""
         i, tag = self._sent, self._tag
         self._sent += 1
-        text = f"give me access to a{tag}{i}, b{tag}{i} and c{tag}{i}"
+        names = [f"{chr(ord('a') + k)}{tag}{i}" for k in range(self._accesses)]
+        listed = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
         response = await _post(
-            self._client, self._path, {"text": text, "client_turn_id": f"bench-{tag}-{i}"},
+            self._client, self._path,
+            {"text": f"give me access to {listed}", "client_turn_id": f"bench-{tag}-{i}"},
             self._auth,
         )
         response.raise_for_status()
-        if len(response.json()["operations"]) != 3:
-            raise AssertionError(f"a batch turn admitted {response.json()['operations']}")
+        answer: dict[str, Any] = response.json()
+        if len(answer["operations"]) != self._accesses:
+            raise AssertionError(f"a batch turn admitted {answer['operations']}")
+        return answer
 
 
 async def _closed(session: _Session, turns: int, out: list[float]) -> None:

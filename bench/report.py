@@ -2,11 +2,14 @@
 
     .venv/bin/python -m bench.report [--results bench/results]
 
-Reads each `<name>.json` the benchmarks wrote (ops, coordination, acceptance, voice when
-present, and the extra `ops-s<N>.json` runs at other session counts), writes
-`latest.json` (all of them, keyed by name, plus the headline figures) and `latest.md` with
-three PNG plots: latency percentiles per measure, throughput against concurrent sessions,
-and the cost of one operation against the raw broker publish rate.
+Reads each `<name>.json` the benchmarks wrote (ops, coordination, acceptance, messages,
+recovery, voice when present, the design changes' before/after, and the extra
+`ops-s<N>.json` runs at other session counts), writes `latest.json` (all of them, keyed by
+name, plus the headline figures: issue 17's targets beside what was measured, the cost model
+and its floor, the recovery table) and `latest.md` with three PNG plots: latency percentiles
+per measure, throughput against concurrent sessions, and the cost of one operation against
+the raw broker publish rate. The cost model, targets, design-change and recovery sections
+are in `bench/cost_report.py`.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import matplotlib as mpl
 mpl.use("Agg")
 import matplotlib.pyplot as plt
 
+from bench import cost_report
 from bench.common import machine
 
 Json = dict[str, Any]
@@ -59,6 +63,8 @@ def _percentiles(node: Json) -> Pcts | None:
 
 
 _NOISE = {"runs", "rounds", "acceptance"}
+# Results with a table of their own (historic before/after figures), not latency rows.
+_OWN_TABLES = {"design-changes"}
 
 
 def _label(path: list[str]) -> str:
@@ -84,7 +90,7 @@ def latency_measures(benchmarks: dict[str, Json]) -> list[tuple[str, Pcts]]:
 
     for name, data in benchmarks.items():
         match = _OPS_RUN.match(name)
-        if match and match.group(1):
+        if (match and match.group(1)) or name in _OWN_TABLES:
             continue  # the extra session counts feed the throughput plot only
         out.extend(walk(data, [name]))
     return out
@@ -312,6 +318,7 @@ def markdown(latest: Json, measures: list[tuple[str, Pcts]]) -> str:
         f"Generated {latest['generated_at']} on {m['cpus']} x {m['cpu_model']} "
         f"(Python {m['python']}). Reproduce with `make bench` (or `.venv/bin/python -m bench`);"
         " every figure below is in `latest.json`.",
+        *cost_report.targets_lines(latest["targets"]),
         "",
         "## Latency distributions",
         "",
@@ -358,7 +365,9 @@ def markdown(latest: Json, measures: list[tuple[str, Pcts]]) -> str:
     ]
     lines += phase_table(latest["benchmarks"])
     lines += scale_out(latest["benchmarks"])
-    lines += recovery(latest["benchmarks"])
+    lines += cost_report.cost_lines(latest["cost_model"])
+    lines += cost_report.design_change_lines(latest["benchmarks"])
+    lines += cost_report.recovery_lines(latest["benchmarks"])
     lines += ["", "## Benchmarks included", ""]
     lines += [f"- `{name}.json`" for name in latest["benchmarks"]]
     return "\n".join(lines) + "\n"
@@ -400,31 +409,6 @@ def scale_out(benchmarks: dict[str, Json]) -> list[str]:
     return lines
 
 
-def recovery(benchmarks: dict[str, Json]) -> list[str]:
-    """kill -9 of each kind of process mid-batch → closing (bench/recovery.py)."""
-    found = benchmarks.get("recovery")
-    if not found or "per_kind" not in found:
-        return []
-    # A partial run (`--kinds`) leaves trials_per_kind empty: each kind's row says its own.
-    trials = found.get("trials_per_kind")
-    per = f"{trials} trials per kind" if trials else "trials per kind as listed"
-    lines = [
-        "",
-        "## Recovery: kill -9 mid-batch → closing, beyond the provider latency",
-        "",
-        f"Provider latency {found['provider_latency_ms']} ms, default timings, "
-        f"{per}; target p99 {found['target_p99_s']} s.",
-        "",
-        "| process killed | trials | p50 s | p99 s |",
-        "|---|---:|---:|---:|",
-    ]
-    for kind, p in found["per_kind"].items():
-        if p.get("n"):
-            lines.append(f"| {kind} | {p['n']} | {p['p50_ms'] / 1000:.2f} "
-                         f"| {p['p99_ms'] / 1000:.2f} |")
-    return lines
-
-
 def build(results: Path) -> Json:
     """Write latest.json, latest.md and the plots; return latest.json's content."""
     benchmarks = load(results)
@@ -439,10 +423,17 @@ def build(results: Path) -> Json:
                        for name, v in measures},
         "throughput": {k: [list(p) for p in v] for k, v in series.items()},
         "cost": figures,
+        "cost_model": cost_report.cost_model(benchmarks),
+        "targets": cost_report.targets(benchmarks),
+        "recovery": cost_report.recovery_rows(benchmarks),
     }
-    plot_latency(measures, results / "latency.png")
-    plot_throughput(series, results / "throughput.png")
-    plot_cost(figures, results / "cost.png")
+    # A plot needs something to draw (a log axis of nothing fails): none for empty results.
+    if measures:
+        plot_latency(measures, results / "latency.png")
+    if series:
+        plot_throughput(series, results / "throughput.png")
+    if figures["rounds"]:
+        plot_cost(figures, results / "cost.png")
     (results / "latest.json").write_text(json.dumps(latest, indent=2) + "\n")
     (results / "latest.md").write_text(markdown(latest, measures))
     return latest
