@@ -1,8 +1,10 @@
 """Operation plane benchmark: admission → worker → provider, end to end, on one machine.
 
 Drives N single-item turns across M concurrent sessions (provider latency 0 and 50 ms) and
-measures committed operations per second, admission latency, admitted→started and
-started→committed, worker CPU per operation, and — on the same broker, in the same run —
+measures committed operations per second, admission latency, admitted→started,
+started→committed and admitted→committed, worker CPU and the workers' broker messages
+(sent/received, the broker's `/connz` counts) per operation, and — on the same broker, in
+the same run —
 the raw JetStream acked-publish rate (sequential and pipelined), so the pipeline's cost
 shows as a ratio. Everything runs on 127.0.0.1 and stops by itself.
 
@@ -14,9 +16,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import tempfile
 import time
 import uuid
+from collections import Counter
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,6 +38,15 @@ from libs.events import OPERATIONS, OperationCommitted, OperationStarted
 from libs.tools import default_registry
 
 
+def worker_messages(monitor: int | None) -> tuple[int, int]:
+    """(sent, received) broker messages of the workers' connections, as the broker counts."""
+    if monitor is None:
+        return (0, 0)
+    raw = httpx.get(f"http://127.0.0.1:{monitor}/connz?limit=1024", timeout=5).json()
+    conns = [c for c in raw.get("connections", []) if c.get("name") == "operation-worker"]
+    return (sum(int(c["in_msgs"]) for c in conns), sum(int(c["out_msgs"]) for c in conns))
+
+
 class Clock:
     """Collects admitted/started/committed times per operation from the stream."""
 
@@ -41,13 +54,15 @@ class Clock:
         self.admitted: dict[str, datetime] = {}
         self.started: dict[str, datetime] = {}
         self.committed: dict[str, datetime] = {}
+        self.started_by: dict[str, str] = {}
 
     async def on_msg(self, msg: Msg) -> None:
         env = OPERATIONS.decode(msg.data)
         op = env.operation_id or ""
         match env.event:
-            case OperationStarted() if op not in self.started:
+            case OperationStarted(worker_id=worker) if op not in self.started:
                 self.started[op] = env.occurred_at
+                self.started_by[op] = worker
             case OperationCommitted():
                 self.committed[op] = env.occurred_at
             case _ if env.event.__struct_config__.tag == "operation.admitted":
@@ -84,6 +99,7 @@ async def run_round(
     latency_ms: int,
     pace_s: float | None = None,
     tag: str = "",
+    monitor: int | None = None,
 ) -> dict[str, Any]:
     """One measured round (fresh resources, so no intent repeats an earlier round's)."""
     topology = Topology(settings.prefix)
@@ -114,6 +130,7 @@ async def run_round(
     per_session = operations // sessions
     operations = per_session * sessions
     cpu_before = sum(cpu_seconds(w.proc.pid) for w in workers if w.proc)
+    msgs_before = worker_messages(monitor)
 
     async def session(index: int) -> None:
         session_id = f"s{index}_{uuid.uuid4().hex[:6]}"
@@ -152,6 +169,7 @@ async def run_round(
         await asyncio.sleep(0.05)
     wall = time.perf_counter() - wall
     cpu_used = sum(cpu_seconds(w.proc.pid) for w in workers if w.proc) - cpu_before
+    msgs_after = worker_messages(monitor)
     await sub.unsubscribe()
     await view.close()
     await nc.close()
@@ -181,14 +199,28 @@ async def run_round(
                 if o in clock.started
             ]
         ),
+        "admitted_to_committed": percentiles_ms(
+            [(clock.committed[o] - clock.admitted[o]).total_seconds() for o in ops]
+        ),
         "worker_cpu_ms_per_operation": round(cpu_used * 1000 / max(len(ops), 1), 3),
+        # How evenly the workers shared the round (operations each started first), largest first.
+        "started_per_worker": sorted(
+            Counter(clock.started_by[o] for o in ops if o in clock.started_by).values(),
+            reverse=True,
+        ),
+        # Includes the workers' idle traffic over the round (heartbeats, renewals, requests).
+        "worker_messages_per_operation": [
+            round((after - before) / max(len(ops), 1), 2)
+            for before, after in zip(msgs_before, msgs_after, strict=True)
+        ],
     }
 
 
 async def bench(operations: int, sessions: int, workers_n: int) -> dict[str, Any]:
     """Start a broker, the provider and workers; measure both latencies; stop everything."""
     tmp = Path(tempfile.mkdtemp(prefix="holdline-bench-"))
-    broker = Broker(store=tmp / "nats")
+    monitor = free_port()
+    broker = Broker(store=tmp / "nats", args=("-m", str(monitor)))
     broker.start()
     provider_port = free_port()
     provider = ServiceProcess(
@@ -235,6 +267,7 @@ async def bench(operations: int, sessions: int, workers_n: int) -> dict[str, Any
                     operations=operations,
                     sessions=sessions,
                     latency_ms=latency,
+                    monitor=monitor,
                 )
             )
         # Admission latency as live sessions see it: each takes a turn every two seconds.
@@ -247,12 +280,14 @@ async def bench(operations: int, sessions: int, workers_n: int) -> dict[str, Any
             latency_ms=0,
             pace_s=2.0,
             tag="paced",
+            monitor=monitor,
         )
         ratio = round(raw["pipelined_per_s"] / max(rounds[0]["committed_per_s"], 1e-9), 1)
         return {
             "benchmark": "operation plane",
             "machine": machine(),
             "workers": workers_n,
+            "work_batch": os.environ.get("HOLDLINE_WORK_BATCH") or "default",
             "raw_jetstream_acked_publish": raw,
             "rounds": rounds,
             "paced": paced,
@@ -288,7 +323,10 @@ def main() -> None:
             f"admission p50 {r['admission']['p50_ms']} ms p99 {r['admission']['p99_ms']} ms, "
             f"admitted→started p99 {r['admitted_to_started']['p99_ms']} ms, "
             f"started→committed p99 {r['started_to_committed']['p99_ms']} ms, "
-            f"worker CPU {r['worker_cpu_ms_per_operation']} ms/op"
+            f"admitted→committed p50 {r['admitted_to_committed']['p50_ms']} ms "
+            f"p99 {r['admitted_to_committed']['p99_ms']} ms, "
+            f"worker CPU {r['worker_cpu_ms_per_operation']} ms/op, "
+            f"worker messages {r['worker_messages_per_operation']} sent/received per op"
         )
     paced = result["paced"]
     print(

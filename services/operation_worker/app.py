@@ -48,6 +48,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 role="work",
                 group_by=lambda subject: subject,
                 max_in_flight=settings.max_in_flight,
+                batch=settings.work_batch,
             ),
         ),
     )
