@@ -28,7 +28,7 @@ import msgspec
 
 from libs import agent_frames
 from libs.bus.deadletter import DeadLetter
-from libs.bus.topology import Context, Topology
+from libs.bus.topology import Context, Topology, event_kind
 from libs.events import (
     SCHEMA_VERSION,
     BatchEvent,
@@ -74,6 +74,10 @@ STREAM_BODIES: Final[Mapping[Context, Any]] = {
 _PARAMETERS: Final[Mapping[str, str]] = {
     "session_id": "Session id; every subject carries it so one session can be replayed.",
     "operation_id": "Operation id; one subject per operation aggregate.",
+    "kind": (
+        "The event's kind: its type after `operation.`. One operation's events are read"
+        " together with `*` in its place; consumers filter on it."
+    ),
     "batch_id": "Batch id; one subject per batch aggregate.",
     "delivery_id": "Delivery id; one subject per delivery aggregate.",
     "source": "Context of the stream the dead-lettered message came from.",
@@ -201,7 +205,9 @@ def _addresses(topology: Topology) -> dict[Context, str]:
     return {
         Context.INTERACTION: _address(topology.session_subject, "session_id"),
         Context.CONTROL: _address(topology.control_subject, "session_id"),
-        Context.OPERATIONS: _address(topology.operation_subject, "session_id", "operation_id"),
+        Context.OPERATIONS: _address(
+            topology.operation_event_subject, "session_id", "operation_id", "kind"
+        ),
         Context.BATCHES: _address(topology.batch_subject, "session_id", "batch_id"),
         Context.DELIVERIES: _address(topology.delivery_subject, "session_id", "delivery_id"),
         Context.WORK: _address(topology.work_subject, "session_id", "operation_id"),
@@ -330,6 +336,8 @@ def _channel(
         parameter: dict[str, Any] = {"description": _PARAMETERS[name]}
         if name == "source":
             parameter["enum"] = [c.value for c in Context if c is not Context.DLQ]
+        elif name == "kind":
+            parameter["enum"] = [event_kind(tag_of(m.cls)) for m in messages]
         elif all(m.enveloped for m in messages) and name in Envelope.__struct_fields__:
             parameter["location"] = f"$message.payload#/{name}"
         parameters[name] = parameter

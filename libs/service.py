@@ -105,15 +105,18 @@ class Runtime:
         durable: str,
         codec: EventCodec[Any],
         handler: Handler[Any],
+        filter_subjects: tuple[str, ...] | None = None,
         **options: Any,
     ) -> DurableConsumer[Any]:
-        """A durable consumer over a context's stream, with this runtime's timings."""
+        """A durable consumer over a context's stream (or only `filter_subjects` of it), with
+        this runtime's timings."""
         spec = spec_for(
             self.topology,
             context,
             durable=durable,
             ack_wait_s=self.settings.ack_wait_s,
             max_deliver=self.settings.max_deliver,
+            filter_subjects=filter_subjects,
         )
         return DurableConsumer(
             self.jetstream,
@@ -267,17 +270,20 @@ def consumes(
     *,
     role: str | None = None,
     partition: Partition | None = None,
+    filter_subjects: Callable[[Topology], tuple[str, ...]] | None = None,
     **options: Any,
 ) -> ConsumerFactory:
     """A consumer for a Runtime's `consumers`: a durable named after the service, the role
     (default: the context) and the partition, which it also filters by (every partition's
-    consumer sees every message and works only on its own sessions); `options` go to
-    `DurableConsumer` (e.g. `group_by`, `max_in_flight`)."""
+    consumer sees every message and works only on its own sessions); `filter_subjects`
+    (given the runtime's topology) narrows what the broker delivers, default the whole
+    stream; `options` go to `DurableConsumer` (e.g. `group_by`, `max_in_flight`)."""
 
     def build(rt: Runtime) -> DurableConsumer[Any]:
         durable = rt.topology.durable(rt.name, role or context.value, partition)
         return rt.consumer(
             context, durable=durable, codec=codec, handler=handler, partition=partition,
+            filter_subjects=filter_subjects(rt.topology) if filter_subjects else None,
             **options,
         )
 

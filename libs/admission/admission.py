@@ -87,7 +87,7 @@ class Admission:
         if (state := self._view.get(operation_id)) is not None:
             return state
         # The holder may belong to another session: find its subject through the wildcard.
-        loaded = await self._load(f"{self._topology.prefix}.operations.*.{operation_id}")
+        loaded = await self._load(self._topology.operation_anywhere(operation_id))
         return loaded.state
 
     async def _load(self, subject: str) -> Loaded[OperationState, OperationEvent]:

@@ -91,7 +91,14 @@ async def ensure_buckets(js: JetStreamContext, topology: Topology, settings: Bus
 
 
 async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
-    """Create a durable pull consumer, or update its tunable settings."""
+    """Create a durable pull consumer, or update its tunable settings.
+
+    The request names no action, so the broker creates the consumer or updates one that
+    exists: its ack wait, redeliveries, pending limit and filter subjects (NATS 2.10+), so a
+    service that now asks for other event kinds gets them from its next delivery on, from
+    where it left off (tests/foundation/test_bus.py). A change the broker cannot make in
+    place (the deliver policy) is refused: the declaration raises the broker's APIError.
+    """
     config = ConsumerConfig(
         name=spec.durable,
         durable_name=spec.durable,

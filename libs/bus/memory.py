@@ -15,7 +15,7 @@ from libs.events import Envelope, EventCodec, EventDecodeError
 
 from .consumer import Received
 from .replay import Replayed
-from .store import Appended, Claim, ClaimConflict, ConcurrencyConflict
+from .store import Appended, Claim, ClaimConflict, ConcurrencyConflict, placement
 
 B = TypeVar("B")
 
@@ -64,13 +64,14 @@ class MemoryEventStore:
     ) -> Appended:
         """Store one event (see `EventStore.append`)."""
         mid = msg_id or envelope.event_id
+        subject, checked_on = placement(subject, envelope.event)
         # JetStream checks the expected sequence before the message id: a retry of a stored
         # event whose expectation no longer holds is refused, not reported as a duplicate.
         if (
             expected_last_subject_seq is not None
-            and self._last.get(subject, 0) != expected_last_subject_seq
+            and self._last_matching(checked_on or subject) != expected_last_subject_seq
         ):
-            raise ConcurrencyConflict(subject, expected_last_subject_seq)
+            raise ConcurrencyConflict(checked_on or subject, expected_last_subject_seq)
         if mid in self._msg_ids:
             return Appended(stream=self.stream, seq=self._msg_ids[mid], duplicate=True)
         seq = len(self._log) + 1
@@ -106,8 +107,13 @@ class MemoryEventStore:
         return out
 
     async def last_seq(self, stream: str, subject: str) -> int:
-        """The subject's last sequence (0: the subject is empty)."""
-        return self._last.get(subject, 0)
+        """The subject's last sequence (0: the subject is empty); wildcards allowed."""
+        return self._last_matching(subject)
+
+    def _last_matching(self, subject: str) -> int:
+        if "*" not in subject and ">" not in subject:
+            return self._last.get(subject, 0)
+        return max((s for k, s in self._last.items() if subject_matches(subject, k)), default=0)
 
     async def claim_once(self, bucket: str, key: str, value: bytes) -> Claim:
         """Claim a key forever (see `EventStore.claim_once`)."""

@@ -3,7 +3,10 @@
 Three guards against duplicates, each for its own horizon:
 - `Nats-Msg-Id`: the broker drops a repeated publish inside the duplicate window.
 - `Nats-Expected-Last-Subject-Sequence`: an append to an aggregate's subject only succeeds
-  if nobody appended since the state it was decided from was loaded.
+  if nobody appended since the state it was decided from was loaded. An aggregate addressed
+  by a wildcard over its event kinds (an operation, `Topology.operation_subject`) is appended
+  to on the event's kind and checked over the wildcard
+  (`Nats-Expected-Last-Subject-Sequence-Subject`, NATS 2.11+): see `placement`.
 - create-once KV keys: a claim (an intent, a final delivery) stays taken forever, so a
   repeat beyond the duplicate window or across restarts still finds the first claim.
 """
@@ -31,6 +34,8 @@ from nats.js.kv import KeyValue
 from libs import tracing
 from libs.config import DEFAULT_TIMINGS, BusTimings
 from libs.events import Envelope, EventCodec
+
+from .topology import event_kind
 
 if TYPE_CHECKING:
     from .replay import Replayed
@@ -91,6 +96,20 @@ class ClaimConflict(Exception):
         self.existing = existing
 
 
+def placement(subject: str, event: object) -> tuple[str, str | None]:
+    """Where an event appended to `subject` is stored, and the subject its expected last
+    sequence is checked on when that is not the stored subject.
+
+    A subject ending in `.*` addresses an aggregate whose events lie one subject per kind:
+    the event goes to its kind's subject and the check spans the wildcard, so two writers
+    racing on different kinds of one aggregate still conflict.
+    """
+    if not subject.endswith(".*"):
+        return subject, None
+    tag = str(event.__struct_config__.tag)  # type: ignore[attr-defined]
+    return f"{subject[:-1]}{event_kind(tag)}", subject
+
+
 @dataclass(frozen=True, slots=True)
 class Appended:
     """Where an event landed, and whether the broker saw it as a duplicate."""
@@ -116,14 +135,18 @@ async def append(
     The message id defaults to the event id, so re-publishing the same event object is a
     no-op. `expected_last_subject_seq=0` means "the subject must be empty". While the
     stream is between leaders (a cluster node died) the publish is retried for a few
-    seconds under the same message id, so the broker stores it once.
+    seconds under the same message id, so the broker stores it once. A wildcard subject is
+    placed by `placement`; a conflict names the wildcard.
     """
+    subject, checked_on = placement(subject, envelope.event)
     with tracing.append_span(subject, envelope.event_id) as trace_headers:
         hdrs: dict[str, str] = {"Nats-Msg-Id": msg_id or envelope.event_id, **trace_headers}
         if headers:
             hdrs.update(headers)
         if expected_last_subject_seq is not None:
             hdrs["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
+            if checked_on is not None:
+                hdrs["Nats-Expected-Last-Subject-Sequence-Subject"] = checked_on
         payload = codec.encode(envelope)
         deadline = time.monotonic() + timings.append_retry_s
         delay = 0.05
@@ -136,7 +159,9 @@ async def append(
                 break
             except APIError as exc:
                 if exc.err_code in _WRONG_LAST_SEQUENCE and expected_last_subject_seq is not None:
-                    raise ConcurrencyConflict(subject, expected_last_subject_seq) from exc
+                    raise ConcurrencyConflict(
+                        checked_on or subject, expected_last_subject_seq
+                    ) from exc
                 if not broker_unavailable(exc) or time.monotonic() >= deadline:
                     raise
             except (NoStreamResponseError, nats.errors.NoRespondersError):

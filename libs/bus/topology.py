@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
+
+import msgspec
 
 # A subject token: no dots, wildcards or whitespace; small enough to keep subjects short.
 _TOKEN_RE = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
@@ -29,6 +31,13 @@ def token(value: str) -> str:
     if not _TOKEN_RE.match(value):
         raise InvalidSubjectToken(f"not a valid subject token: {value!r}")
     return value
+
+
+def event_kind(tag: str) -> str:
+    """The subject token of an event's kind: its tag after the context's name
+    (`operation.committed` -> `committed`)."""
+    _context, _, kind = tag.partition(".")
+    return token(kind.replace(".", "_"))
 
 
 class Context(StrEnum):
@@ -89,8 +98,28 @@ class Topology:
         return f"{self.prefix}.control.{token(session_id)}.control"
 
     def operation_subject(self, session_id: str, operation_id: str) -> str:
-        """Events of one operation."""
-        return f"{self.prefix}.operations.{token(session_id)}.{token(operation_id)}"
+        """Every event of one operation: the aggregate's address, a wildcard over its kinds.
+
+        Each event lies on `<...>.<operation_id>.<kind>` (`operation_event_subject`) so a
+        consumer can ask the broker for only the kinds it acts on. Loads, reads and
+        last-sequence requests take this wildcard; an append to it is placed on the event's
+        kind by the event store, which checks the expected last sequence over the wildcard
+        (`Nats-Expected-Last-Subject-Sequence-Subject`), so the operation stays one aggregate.
+        """
+        return f"{self.prefix}.operations.{token(session_id)}.{token(operation_id)}.*"
+
+    def operation_event_subject(self, session_id: str, operation_id: str, kind: str) -> str:
+        """Where one kind of event of one operation is stored (kind: `event_kind(tag)`)."""
+        return f"{self.prefix}.operations.{token(session_id)}.{token(operation_id)}.{token(kind)}"
+
+    def operation_anywhere(self, operation_id: str) -> str:
+        """Every event of an operation known only by id, whichever session holds it."""
+        return f"{self.prefix}.operations.*.{token(operation_id)}.*"
+
+    def operation_kinds_filter(self, events: Iterable[type[msgspec.Struct]]) -> tuple[str, ...]:
+        """Consumer filters selecting only the given kinds of event, of every operation."""
+        tags = sorted({str(e.__struct_config__.tag) for e in events})
+        return tuple(f"{self.prefix}.operations.*.*.{event_kind(tag)}" for tag in tags)
 
     def batch_subject(self, session_id: str, batch_id: str) -> str:
         """Events of one batch."""
@@ -201,7 +230,7 @@ class Partition:
 _DESCRIPTIONS: dict[Context, str] = {
     Context.INTERACTION: "Conversation and channel events, one subject per session.",
     Context.CONTROL: "Barge-in and cancellation events, kept off the ordinary path.",
-    Context.OPERATIONS: "Operation lifecycle events, one subject per operation.",
+    Context.OPERATIONS: "Operation lifecycle events, one subject per operation and event kind.",
     Context.BATCHES: "Batch membership and drain events, one subject per batch.",
     Context.DELIVERIES: "Delivery lifecycle events, one subject per delivery.",
     Context.WORK: "Work commands for operation-workers; removed once acknowledged.",

@@ -215,6 +215,18 @@ _TERMINAL_STATUS: Mapping[type, str] = {
 }
 
 
+# The operation events `evolve_facts` reads (every other kind leaves the facts as they are):
+# the delivery policy's consumer asks the broker for these kinds only.
+FACT_EVENTS: tuple[type[OperationEvent], ...] = (
+    OperationAdmitted,
+    OperationRejected,
+    OperationCompensated,
+    OperationCommitted,
+    OperationFailedFinal,
+    OperationCancelled,
+)
+
+
 def evolve_facts(
     state: OperationFacts | None, env: Envelope[OperationEvent], stream_seq: int
 ) -> OperationFacts:

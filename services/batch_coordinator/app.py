@@ -13,6 +13,7 @@ from libs.models import model_for
 from libs.service import Runtime, consumes, create_service_app
 from libs.tools import default_registry
 
+from .domain import COORDINATED
 from .handlers import Coordinator
 from .settings import SERVICE, Settings
 
@@ -41,7 +42,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         publishes=(Context.BATCHES, Context.DELIVERIES),
         # Asked for at start-up, once the coordinator below (which takes the runtime) exists.
         consumers=lambda: (
-            consumes(Context.OPERATIONS, OPERATIONS, coordinator.on_operation, partition=part),
+            consumes(
+                Context.OPERATIONS, OPERATIONS, coordinator.on_operation, partition=part,
+                filter_subjects=lambda topology: topology.operation_kinds_filter(COORDINATED),
+            ),
             consumes(Context.BATCHES, BATCHES, coordinator.on_batch, partition=part),
         ),
     )

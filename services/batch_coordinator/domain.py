@@ -7,12 +7,14 @@ to vary); only final failures go through the model, which must offer an alternat
 from __future__ import annotations
 
 import hashlib
+import typing
 from collections.abc import Sequence
 from typing import Literal
 
 from libs.domain.batch import MemberStatus
 from libs.domain.operation import OperationState
 from libs.events import (
+    OperationAttempted,
     OperationCancelled,
     OperationCommitted,
     OperationEvent,
@@ -22,6 +24,16 @@ from libs.events import (
 from libs.models import Outcome
 from libs.tools import ToolDeclaration
 from libs.tools.labels import label_of
+
+# The operation events the coordinator's consumer asks the broker for: all but
+# `operation.attempted`. Terminal kinds settle a member and progress becomes a note, but the
+# closing's words (tool, arguments, result, failure) come from the operation state folded by
+# `evolve`, which refuses a kind the status does not allow (a commit needs the start before
+# it): every kind that moves the status stays. An attempt moves none and sets only fields the
+# closing does not read (attempts, provider_ref, awaiting_async, last_attempt_at).
+COORDINATED: tuple[type[OperationEvent], ...] = tuple(
+    t for t in typing.get_args(OperationEvent) if t is not OperationAttempted
+)
 
 
 def member_status(event: OperationEvent) -> MemberStatus | None:

@@ -9,6 +9,7 @@ from fastapi import FastAPI
 
 from libs import metrics
 from libs.bus import Context
+from libs.domain.channel import FACT_EVENTS
 from libs.events import DELIVERIES, INTERACTION, OPERATIONS
 from libs.service import Runtime, consumes, create_service_app
 
@@ -42,7 +43,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Asked for at start-up, once the gate below (which takes the runtime) exists.
         consumers=lambda: (
             consumes(Context.INTERACTION, INTERACTION, gate.on_interaction, partition=part),
-            consumes(Context.OPERATIONS, OPERATIONS, gate.on_operation, partition=part),
+            consumes(
+                Context.OPERATIONS, OPERATIONS, gate.on_operation, partition=part,
+                filter_subjects=lambda topology: topology.operation_kinds_filter(FACT_EVENTS),
+            ),
             consumes(Context.DELIVERIES, DELIVERIES, gate.on_delivery, partition=part),
         ),
     )

@@ -14,6 +14,7 @@ from libs.problems import install_problem_handlers, problem
 from libs.service import Runtime, consumes, create_service_app
 from libs.tools import CallbackRefused, default_registry, sandbox_client
 
+from .domain import DISPATCHED
 from .handlers import FOREIGN, Worker
 from .settings import Settings
 
@@ -39,7 +40,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # Asked for at start-up, once the worker below (which takes the runtime) exists. The
         # durables are `operation-worker-dispatch` and `operation-worker-work`.
         consumers=lambda: (
-            consumes(Context.OPERATIONS, OPERATIONS, worker.dispatch, role="dispatch"),
+            consumes(
+                Context.OPERATIONS, OPERATIONS, worker.dispatch, role="dispatch",
+                filter_subjects=lambda topology: topology.operation_kinds_filter(DISPATCHED),
+            ),
             # One message at a time per operation, many operations at once per worker.
             consumes(
                 Context.WORK,

@@ -41,6 +41,11 @@ _RETRYABLE = frozenset(
 )
 
 
+# The operation events `policy` turns into work: the dispatcher's consumer asks the broker
+# for these kinds only (tests/operations check the two stay equal).
+DISPATCHED: tuple[type[OperationEvent], ...] = (OperationAdmitted, OperationCancelRequested)
+
+
 def policy(event: OperationEvent) -> list[WorkCommand]:
     """Which work an operation event calls for (the dispatcher's whole job)."""
     match event:

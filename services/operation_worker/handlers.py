@@ -518,7 +518,7 @@ class Worker:
         loaded = await load(
             self._js,
             self._topology.stream_name(Context.OPERATIONS),
-            f"{self._topology.prefix}.operations.*.{operation_id}",
+            self._topology.operation_anywhere(operation_id),
             OPERATIONS,
             operation.evolve,
             timings=self._timings,

@@ -20,7 +20,16 @@ async def test_a_short_answer_is_completed_from_the_leader(
 ) -> None:
     stream = topology.stream_name(Context.OPERATIONS)
     subject = topology.operation_subject("s_stale", "op_stale")
-    seqs = [(await js.publish(subject, f"not an event {i}".encode())).seq for i in range(3)]
+    # One operation's kinds lie on their own subjects: the leader's last sequence and the
+    # completion from the leader both take the operation's wildcard.
+    kinds = ("admitted", "started", "committed")
+    seqs = [
+        (await js.publish(
+            topology.operation_event_subject("s_stale", "op_stale", kind),
+            f"not an event {i}".encode(),
+        )).seq
+        for i, kind in enumerate(kinds)
+    ]
     real = replay_module._read_subject
 
     async def behind(*args: Any, **kwargs: Any) -> Any:

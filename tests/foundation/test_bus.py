@@ -20,6 +20,7 @@ from libs.bus import (
     Topology,
     append,
     claim_once,
+    ensure_consumer,
     last_subject_seq,
     replay,
     spec_for,
@@ -239,7 +240,9 @@ async def test_poison_message_is_dead_lettered_while_other_sessions_flow(
         js, OPERATIONS, topology.operation_subject("poisoned", "bad"), _admitted("poisoned", "bad")
     )
     # Garbage that cannot even be decoded goes straight to the dead-letter stream.
-    await js.publish(topology.operation_subject("poisoned", "garbage"), b"{not json")
+    await js.publish(
+        topology.operation_event_subject("poisoned", "garbage", "admitted"), b"{not json"
+    )
     for i in range(5):
         await append(
             js,
@@ -264,7 +267,8 @@ async def test_poison_message_is_dead_lettered_while_other_sessions_flow(
     for seq in range(1, 3):
         raw = await js.get_msg(dlq_stream, seq)
         letters.append(DEAD_LETTER_DECODER.decode(raw.data or b""))
-    reasons = {letter.source_subject.rsplit(".", 1)[-1]: letter for letter in letters}
+    # `<prefix>.operations.<session>.<operation>.<kind>`: keyed by the operation.
+    reasons = {letter.source_subject.split(".")[3]: letter for letter in letters}
     assert reasons["garbage"].reason == "malformed"
     assert reasons["garbage"].num_delivered == 1
     assert reasons["bad"].reason == "max_deliver"
@@ -382,3 +386,58 @@ async def test_events_arriving_one_by_one_share_one_standing_pull_request(
     assert len(set(handled)) == 20
     # One request lives for seconds and covers a batch; a few at most in this ~1 s.
     assert len(requests) <= 4, requests
+
+
+async def test_a_consumer_filtered_by_kind_gets_only_those_and_a_changed_filter_is_applied(
+    js: JetStreamContext, topology: Topology
+) -> None:
+    """The broker delivers only the kinds a consumer asks for, and declaring the durable
+    again with other kinds (a new version of its service) changes what it is delivered."""
+    subject = topology.operation_subject("sk", "opk")
+    seq = 0
+    for event in (
+        _admitted("sk", "opk").event,
+        OperationStarted(worker_id="w1", attempt=1),
+        OperationAttempted(attempt=1, outcome="success"),
+        OperationCommitted(result={}),
+    ):
+        env = envelope(event, session_id="sk", operation_id="opk")
+        seq = (await append(js, OPERATIONS, subject, env, expected_last_subject_seq=seq)).seq
+    stream = topology.stream_name(Context.OPERATIONS)
+
+    def spec(*kinds: Any) -> Any:
+        return spec_for(
+            topology, Context.OPERATIONS, durable="kinds", ack_wait_s=2.0, max_deliver=3,
+            filter_subjects=topology.operation_kinds_filter(kinds),
+        )
+
+    await ensure_consumer(js, spec(OperationAdmitted))
+    assert (await js.consumer_info(stream, "kinds")).num_pending == 1
+    wider = spec(OperationAdmitted, OperationCommitted)
+    await ensure_consumer(js, wider)
+    info = await js.consumer_info(stream, "kinds")
+    assert info.config.filter_subjects == list(wider.filter_subjects)
+    assert info.num_pending == 2
+
+    seen: list[tuple[str, str]] = []
+    done = asyncio.Event()
+
+    async def handle(received: Received[OperationEvent]) -> None:
+        seen.append((received.envelope.event.__struct_config__.tag, received.subject))
+        if len(seen) == 2:
+            done.set()
+
+    consumer = DurableConsumer(
+        js, wider, OPERATIONS, handle, topology=topology, source=Context.OPERATIONS
+    )
+    task = asyncio.create_task(consumer.run())
+    try:
+        await asyncio.wait_for(done.wait(), 10)
+        await asyncio.sleep(0.3)  # room for anything that should not come
+    finally:
+        consumer.stop()
+        await asyncio.wait_for(task, 10)
+    assert seen == [
+        ("operation.admitted", topology.operation_event_subject("sk", "opk", "admitted")),
+        ("operation.committed", topology.operation_event_subject("sk", "opk", "committed")),
+    ]

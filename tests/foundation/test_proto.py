@@ -261,7 +261,10 @@ def test_asyncapi_document_shape(asyncapi: Any) -> None:
     assert asyncapi["info"]["version"] == proto.API_VERSION
     assert asyncapi["defaultContentType"] == "application/json"
     operations = asyncapi["channels"]["operations"]
-    assert operations["address"] == "hl.operations.{session_id}.{operation_id}"
+    assert operations["address"] == "hl.operations.{session_id}.{operation_id}.{kind}"
+    kinds = operations["parameters"]["kind"]["enum"]
+    assert "committed" in kinds
+    assert len(kinds) == len(set(kinds)) == len(operations["messages"])
     assert operations["x-stream"] == "HL_OPERATIONS"
     assert asyncapi["channels"]["dlq"]["address"] == "hl.dlq.{source}.{session_id}"
     for channel in asyncapi["channels"].values():

@@ -25,7 +25,13 @@ from libs.bus import (
     ensure_streams,
 )
 from libs.config import BusSettings
-from libs.events import OPERATIONS, OperationAdmitted
+from libs.events import (
+    OPERATIONS,
+    OperationAdmitted,
+    OperationCommitted,
+    OperationEvent,
+    OperationStarted,
+)
 from tests.support.events import envelope
 
 
@@ -126,13 +132,71 @@ async def test_read_returns_one_subject_in_order(store: EventStore, topology: To
         ids.append(env.event_id)
     read = await store.read_subject(stream, mine, OPERATIONS)
     assert [i.envelope.event_id for i in read.items] == ids
-    assert all(i.subject == mine for i in read.items)
+    # Each event lies on its kind's subject under the operation's wildcard.
+    placed = topology.operation_event_subject("s1", "op1", "admitted")
+    assert all(i.subject == placed for i in read.items)
     seqs = [i.stream_seq for i in read.items]
     assert seqs == sorted(seqs)
     assert read.last_seq == seqs[-1]
-    wildcard = topology.operation_subject("s1", "op1").rsplit(".", 1)[0] + ".*"
+    wildcard = f"{topology.prefix}.operations.s1.*.*"
     both = await store.read_subject(stream, wildcard, OPERATIONS)
     assert len(both.items) == 6
+
+
+def _op_event(op: str, event: OperationEvent, event_id: str) -> Any:
+    return envelope(event, session_id="s1", operation_id=op, event_id=event_id)
+
+
+async def test_expected_sequence_spans_every_kind_of_one_operation(
+    store: EventStore, topology: Topology
+) -> None:
+    """Kinds lie on their own subjects, yet an operation stays one aggregate: an append of
+    another kind decided from a stale load is refused; another operation's is not."""
+    stream = topology.stream_name(Context.OPERATIONS)
+    op = topology.operation_subject("s1", "op_kinds")
+    admitted = await store.append(
+        OPERATIONS, op, _admitted("op_kinds", event_id="ev_k_adm"), expected_last_subject_seq=0
+    )
+    started = await store.append(
+        OPERATIONS, op,
+        _op_event("op_kinds", OperationStarted(worker_id="w1", attempt=1), "ev_k_start"),
+        expected_last_subject_seq=admitted.seq,
+    )
+    # Decided from the load before the start: a commit (another kind) must not slip in.
+    with pytest.raises(ConcurrencyConflict) as caught:
+        await store.append(
+            OPERATIONS, op,
+            _op_event("op_kinds", OperationCommitted(result={}), "ev_k_commit"),
+            expected_last_subject_seq=admitted.seq,
+        )
+    assert caught.value.subject == op
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(
+            OPERATIONS, op,
+            _op_event("op_kinds", OperationStarted(worker_id="w2", attempt=1), "ev_k_start2"),
+            expected_last_subject_seq=admitted.seq,
+        )
+    # Another operation of the same session is its own aggregate.
+    other = await store.append(
+        OPERATIONS, topology.operation_subject("s1", "op_kinds_other"),
+        _admitted("op_kinds_other", event_id="ev_k_other"), expected_last_subject_seq=0,
+    )
+    assert await store.last_seq(stream, op) == started.seq
+    committed = await store.append(
+        OPERATIONS, op, _op_event("op_kinds", OperationCommitted(result={}), "ev_k_commit"),
+        expected_last_subject_seq=started.seq,
+    )
+    assert committed.seq > other.seq > started.seq
+    read = await store.read_subject(stream, op, OPERATIONS)
+    assert [(i.stream_seq, i.subject) for i in read.items] == [
+        (admitted.seq, topology.operation_event_subject("s1", "op_kinds", "admitted")),
+        (started.seq, topology.operation_event_subject("s1", "op_kinds", "started")),
+        (committed.seq, topology.operation_event_subject("s1", "op_kinds", "committed")),
+    ]
+    assert read.last_seq == await store.last_seq(stream, op) == committed.seq
+    # One kind's subject alone holds only that kind.
+    only = topology.operation_event_subject("s1", "op_kinds", "started")
+    assert await store.last_seq(stream, only) == started.seq
 
 
 async def test_last_seq_is_the_subjects_last_message(

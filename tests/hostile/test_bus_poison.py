@@ -25,7 +25,8 @@ from .support import STREAMS, completes_a_tool_call, healthy, valid
 
 SUBJECTS: dict[Context, Callable[[Topology, str], str]] = {
     Context.INTERACTION: lambda t, s: t.session_subject(s),
-    Context.OPERATIONS: lambda t, s: t.operation_subject(s, "op1"),
+    # A kind every durable of the stream asks for (each filters by kind).
+    Context.OPERATIONS: lambda t, s: t.operation_event_subject(s, "op1", "admitted"),
     Context.BATCHES: lambda t, s: t.batch_subject(s, "b1"),
     Context.DELIVERIES: lambda t, s: t.delivery_subject(s, "d1"),
     Context.WORK: lambda t, s: t.work_subject(s, "op1"),

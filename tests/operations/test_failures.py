@@ -166,7 +166,10 @@ async def test_business_error_fails_final_without_retry_and_dead_letters(
         await asyncio.sleep(0.05)
     raw = await stack.js.get_msg(stack.topology.stream_name(Context.DLQ), info.state.first_seq)
     letter = DEAD_LETTER_DECODER.decode(raw.data or b"")
-    assert letter.source_subject.endswith(turn.outcomes[0].operation_id)
+    # The letter holds the operation's whole history: it names the operation's subjects.
+    assert letter.source_subject == stack.topology.operation_subject(
+        ctx.session_id, turn.outcomes[0].operation_id
+    )
     assert b"operation.attempted" in letter.payload
 
 
