@@ -382,7 +382,9 @@ async def _run_stream(telephony: Telephony, websocket: WebSocket, *, local: bool
             # The phone is done: close the stream with a close frame rather than drop it.
             await websocket.close(code=1000)
     except WebSocketDisconnect:
-        reason = "disconnected"
+        # The peer went. A reason the stream gave first stands: a phone that sent `stop` and
+        # closed at once may be gone before our close frame, and it still hung up.
+        pass
     finally:
         call = state.call
         if call is not None:
