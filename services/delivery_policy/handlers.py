@@ -73,6 +73,10 @@ class Gate:
         self._locks: dict[str, asyncio.Lock] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Events folded whose deciding has not finished. A handler run again in place while
+        # the broker was unavailable (`Consumer._patiently`) finds its event folded already
+        # and must still decide, or a closing waits for ever.
+        self._undecided: set[str] = set()
 
     @property
     def _events(self) -> EventStore:
@@ -117,25 +121,38 @@ class Gate:
         """A channel change: re-evaluate the session's waiting deliveries."""
         await self.hydrated.wait()
         env = received.envelope
-        if self.state.apply_interaction(env, received.stream_seq):
+        applied = self.state.apply_interaction(env, received.stream_seq)
+        if self._owes(applied, env.event_id):
             await self.evaluate_session(env.session_id, cause=env.event_id)
+            self._undecided.discard(env.event_id)
 
     async def on_operation(self, received: Received[OperationEvent]) -> None:
         """A newer intent or an undo can make an owed result stale."""
         await self.hydrated.wait()
         env = received.envelope
         applied = self.state.apply_operation(env, received.stream_seq)
-        if applied and isinstance(env.event, OperationAdmitted | OperationCompensated):
+        deciding = isinstance(env.event, OperationAdmitted | OperationCompensated)
+        if self._owes(applied and deciding, env.event_id):
             await self.evaluate_session(env.session_id, cause=env.event_id)
+            self._undecided.discard(env.event_id)
 
     async def on_delivery(self, received: Received[DeliveryEvent]) -> None:
         """A new, sent, heard or unheard delivery: decide again for its session."""
         await self.hydrated.wait()
         env = received.envelope
-        if self.state.apply_delivery(env, received.stream_seq):
+        applied = self.state.apply_delivery(env, received.stream_seq)
+        if self._owes(applied, env.event_id):
             if isinstance(env.event, DeliveryReady | DeliveryUnheard):
                 await self._catch_up_channel(env.session_id)
             await self.evaluate_session(env.session_id, cause=env.event_id)
+            self._undecided.discard(env.event_id)
+
+    def _owes(self, applied: bool, event_id: str) -> bool:
+        """Whether this event still owes a decision: newly folded, or folded by an earlier
+        run of this handler that failed before deciding."""
+        if applied:
+            self._undecided.add(event_id)
+        return event_id in self._undecided
 
     async def _catch_up_channel(self, session_id: str) -> None:
         """Before a new or an unheard closing is decided: the session's channel up to date.

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from nats.js.errors import NoStreamResponseError
 
 from libs.bus import MemoryEventStore
 from libs.clock import ManualClock, SequentialIds
@@ -141,4 +142,43 @@ async def test_a_ready_closing_is_decided_on_the_channel_written_before_it() -> 
                  (await store.read_subject("deliveries", subject, DELIVERIES)).items[1:]]
     assert isinstance(decided, DeliveryDecided)
     assert decided.decision == "attach_next_turn", decided
+    await gate.stop()
+
+
+class _UnavailableOnce(MemoryEventStore):
+    """Once armed, refuses one append as a broker between leaders would, then stores."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.armed = False
+        self.refused = 0
+
+    async def append(self, *args: Any, **kwargs: Any) -> Any:
+        if self.armed and self.refused == 0:
+            self.refused += 1
+            raise NoStreamResponseError
+        return await super().append(*args, **kwargs)
+
+
+async def test_a_ready_delivery_run_again_after_an_unavailable_broker_is_still_decided() -> None:
+    # The consumer runs a handler again in place while the broker is unavailable; by then the
+    # ready event is folded, and the second run must still decide (it once acked undecided).
+    store, clock = _UnavailableOnce(), ManualClock(at=T0)
+    gate = _gate(store, clock)
+    subject = gate._rt.topology.delivery_subject("s1", "d1")
+    ready = await put(store, DELIVERIES, subject, _ready("d1"))
+    store.armed = True
+
+    with pytest.raises(NoStreamResponseError):
+        await gate.on_delivery(ready)
+    await gate.on_delivery(ready)
+
+    stored = (await store.read_subject("deliveries", subject, DELIVERIES)).items
+    decided = [i for i in stored if isinstance(i.envelope.event, DeliveryDecided)]
+    assert store.refused == 1
+    assert len(decided) == 1
+    # Decided once: a third delivery of the same event decides nothing more.
+    await gate.on_delivery(ready)
+    again = (await store.read_subject("deliveries", subject, DELIVERIES)).items
+    assert len(again) == len(stored)
     await gate.stop()
