@@ -36,7 +36,7 @@ from libs.domain.delivery import WAITING_DECISIONS, DeliveryStatus
 from libs.problems import problem
 
 from .agent_channel import AckRefused, AgentChannel, AgentConnection
-from .api import ProblemError, Surface, decode_body, deny, documented_problems, read_body
+from .api import ProblemError, Surface, deny, documented_problems, request_body
 from .tool_calls import (
     FORMATS,
     BadCalls,
@@ -230,7 +230,7 @@ def build_agent_router(api: AgentApi) -> APIRouter:
     )
     async def tool_calls(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
-        body = decode_body(await read_body(request, settings.max_body_bytes), ToolCallsBody)
+        body = await request_body(request, ToolCallsBody, settings.max_body_bytes)
         if state.closed:
             raise ProblemError(409, "Conflict", "the session is closed", slug="session-closed")
         surface.limit(state)
@@ -262,7 +262,7 @@ def _write_routes(router: APIRouter, api: AgentApi) -> None:
     )
     async def signals(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
-        body = decode_body(await read_body(request, settings.max_body_bytes), SignalsBody)
+        body = await request_body(request, SignalsBody, settings.max_body_bytes)
         if body.user_speaking is None and body.agent_speaking is None:
             raise ProblemError(
                 422, "Invalid request", "give user_speaking, agent_speaking or both"
@@ -288,7 +288,7 @@ def _write_routes(router: APIRouter, api: AgentApi) -> None:
     )
     async def ack(session_id: str, delivery_id: str, request: Request) -> Response:
         await surface.session(session_id, request.headers.get("authorization"))
-        body = decode_body(await read_body(request, settings.max_body_bytes), AckBody)
+        body = await request_body(request, AckBody, settings.max_body_bytes)
         if surface.view.deliveries.get(delivery_id) is None:
             await surface.view.sync()
         try:

@@ -111,6 +111,11 @@ def decode_body(raw: bytes, kind: type[B]) -> B:
         raise ProblemError(400, "Bad request", f"malformed JSON: {exc}") from None
 
 
+async def request_body(request: Request, kind: type[B], limit: int) -> B:
+    """The body read within `limit` and decoded strictly as `kind` (413, 400 or 422 if not)."""
+    return decode_body(await read_body(request, limit), kind)
+
+
 class ProblemOut(BaseModel):
     """RFC 9457 problem details, as every error of this API is answered."""
 

@@ -25,7 +25,7 @@ from libs.domain import SessionState
 from libs.events import AgentHandedOff, SessionClosed, SessionOpened, UserActivity
 from libs.problems import problem
 
-from ..api import ProblemError, Surface, decode_body, deny, documented_problems, read_body
+from ..api import ProblemError, Surface, deny, documented_problems, request_body
 from ..auth import api_key_ok, hash_token, new_token
 from ..diagnosis import diagnose
 from ..projections import ERASED, decode_cursor
@@ -101,7 +101,7 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
 
     @router.post("/v1/sessions", status_code=201)
     async def create_session(request: Request) -> Response:
-        body = decode_body(await read_body(request, settings.max_body_bytes), CreateSessionBody)
+        body = await request_body(request, CreateSessionBody, settings.max_body_bytes)
         tenant = body.tenant_id or settings.default_tenant
         if not api_key_ok(settings.tenant_api_keys, tenant, request.headers.get("x-api-key")):
             raise ProblemError(
@@ -135,7 +135,7 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
         with metrics.turn_phase("auth"):
             state = await surface.session(session_id, request.headers.get("authorization"))
         with metrics.turn_phase("parse"):
-            body = decode_body(await read_body(request, settings.max_body_bytes), TurnBody)
+            body = await request_body(request, TurnBody, settings.max_body_bytes)
         text = body.text.strip()
         if not text:
             raise ProblemError(422, "Invalid request", "text must not be empty")
@@ -216,7 +216,7 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
     )
     async def activity(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
-        body = decode_body(await read_body(request, settings.max_body_bytes), ActivityBody)
+        body = await request_body(request, ActivityBody, settings.max_body_bytes)
         surface.limit(state)
         await surface.append_interaction(
             session_id, UserActivity(typing=body.typing), expect=False, agent=state.agent
@@ -229,7 +229,7 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
     )
     async def handoff(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
-        body = decode_body(await read_body(request, settings.max_body_bytes), HandoffBody)
+        body = await request_body(request, HandoffBody, settings.max_body_bytes)
         surface.limit(state)
         context = body.context or settings.handoff_context
         pending = [
