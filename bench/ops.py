@@ -113,6 +113,9 @@ async def run_round(
             await client.post("/admin/faults", json={"match": "*", "latency_ms": latency_ms})
     view = LoadView()
     await view.follow(js, topology)
+    # Admission waits for the load view as the surface does (app.py): a round started while
+    # the view still replays earlier rounds' events would time that replay, not admission.
+    await asyncio.wait_for(view.caught_up.wait(), timeout=120)
     admission = Admission(
         js, topology, default_registry(), view, await js.key_value(topology.bucket("intents")),
         timings=settings.timings,
@@ -330,7 +333,7 @@ def main() -> None:
         )
     paced = result["paced"]
     print(
-        f"admission, {paced['sessions']} sessions each taking a turn per second: "
+        f"admission, {paced['sessions']} sessions, {paced['load']}: "
         f"p50 {paced['admission']['p50_ms']} ms p99 {paced['admission']['p99_ms']} ms"
     )
     raw = result["raw_jetstream_acked_publish"]
