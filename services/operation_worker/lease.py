@@ -10,6 +10,14 @@ time the lease has expired, and the next worker takes it over (a waiting one wak
 the expiry the value names, not a poll later), then reconciles before it sends anything
 again. A live worker never loses it to a slow handler: only four renewals failing in a row
 would let it lapse.
+
+A worker that brings its operation to a terminal state does not release the lease: it stops
+renewing and leaves it to run out. Whoever comes for that operation next finds it terminal
+either way (waiting on the held lease, it reloads the operation; taking the expired one, it
+loads it) and does nothing, so a delete would be one more KV round trip for nothing. An
+operation left unfinished (handed back, raced, an exception) releases its lease at once, and
+a running-limit slot is always released, since another operation waits for it. `acquire`
+takes a lease whose value names an expiry in the past, by an update on the revision it read.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ def _epoch(clock: Clock) -> float:
 
 
 class Lease:
-    """A held lease; renew it while working, release it when done."""
+    """A held lease; renew it while working, release it (or let it run out) when done."""
 
     def __init__(
         self, kv: KeyValue, key: str, owner: str, ttl_s: float, revision: int, *, clock: Clock
