@@ -21,16 +21,17 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from libs.bus import Poison, Received, Topology
+from libs.bus import Poison, Received, Topology, append
 from libs.clock import ManualClock
 from libs.config import BusSettings, ToolSettings
-from libs.events import CancelOperation, Envelope, ExecuteOperation, WorkCommand
+from libs.events import WORK, CancelOperation, Envelope, ExecuteOperation, WorkCommand
 from libs.service import Runtime
 from libs.tools import default_registry, sandbox_client
 from services.operation_worker.handlers import Worker
 from services.operation_worker.lease import acquire
 from services.operation_worker.settings import Settings
 from tests.operations.conftest import StackFactory
+from tests.support.drained import drained
 from tests.support.stack import OpsStack
 
 TTL_S = 2.0
@@ -260,3 +261,38 @@ async def test_an_exception_releases_the_lease(
     with pytest.raises(httpx.ConnectError):
         await failing.work(_work(stack, session_id, op, ExecuteOperation()))
     assert await _state(kv, op) == "released"
+
+
+async def test_copies_of_a_committed_operations_work_are_acknowledged_with_no_second_effect(
+    make_stack: StackFactory,
+) -> None:
+    # Two worker processes and their real work consumers: a copy is acknowledged (the
+    # consumers drain) whichever worker gets it, while the lease is held and after it ran out.
+    stack = await make_stack()
+    assert stack.js is not None
+    kv = await stack.js.key_value(stack.topology.bucket("leases"))
+    resource = f"copies-{uuid.uuid4().hex[:8]}"
+    session_id, op = await _admitted(stack, "lenient_access", resource)
+    await stack.wait_status(session_id, op, "committed")
+    holder, expires, _ = await _holder(kv, op)
+    assert holder in {"w0", "w1"}
+    assert expires - time.time() <= TTL_S + 0.001
+
+    async def copy() -> None:
+        assert stack.js is not None
+        work = _work(stack, session_id, op, ExecuteOperation())
+        await append(stack.js, WORK, work.subject, work.envelope)
+        await drained(stack.js, stack.topology)
+
+    await copy()
+    assert await stack.effects(resource) == 1
+    # (If the holder itself took that copy, it took its own lease again: a later expiry.)
+    _, expires, _ = await _holder(kv, op)
+    await asyncio.sleep(max(0.0, expires - time.time() + 0.05))
+    await copy()
+    assert await stack.effects(resource) == 1
+    state, _ = await stack.operation(session_id, op)
+    assert state is not None
+    assert state.attempts == 1
+    # The late copy took the expired lease and left it to run out in turn.
+    assert (await _holder(kv, op))[1] > expires
