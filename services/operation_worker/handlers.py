@@ -243,6 +243,7 @@ class Worker:
             return
         held = [lease]
         renewer = asyncio.create_task(self._renew(held))
+        terminal = False
         try:
             op = await self._load(env.session_id, env.operation_id)
             if op is None:
@@ -250,10 +251,15 @@ class Worker:
             slot = await self._running_slot(op)
             if slot is not None:
                 held.append(slot)
-            await self._drive(op, env.event)
+            terminal = await self._drive(op, env.event)
         finally:
             renewer.cancel()
-            for held_lease in held:
+            # A terminal operation's own lease is left to run out (its ttl): any later copy
+            # of its work finds it terminal whether it waits on the lease or takes it, so a
+            # delete would be one more KV round trip for nothing. The running slot, which
+            # another operation waits for, and the lease of an operation left unfinished
+            # (handed back, raced, an exception) are given up now.
+            for held_lease in held[1:] if terminal else held:
                 await held_lease.release()
 
     async def _wait_for_lease(self, session_id: str, operation_id: str) -> Lease | None:
@@ -317,39 +323,46 @@ class Worker:
                 except Exception as exc:  # noqa: BLE001 - keep heartbeating through broker errors
                     log.info("lease renewal failed (%r); trying again", exc)
 
-    async def _drive(self, first: _Op, command: WorkCommand) -> None:
+    async def _drive(self, first: _Op, command: WorkCommand) -> bool:
+        """Run the operation until this worker is done with it; True if it is then terminal."""
         session_id, operation_id = first.state.session_id, first.state.operation_id
         op: _Op | None = first
         for _ in range(10_000):
             if op is None:
                 raise Poison(f"no events for operation {operation_id}")
             if op.state.terminal:
-                return
+                return True
             try:
-                done = await self._step(op, command)
+                left = await self._step(op, command)
             except _Stale:
-                done = False
-            if done:
-                return
+                left = None
+            if left is not None:
+                return left.state.terminal
             # Someone (or this worker) wrote since: decide again from the stream's truth.
             op = await self._load(session_id, operation_id)
         raise RuntimeError(f"operation {operation_id} did not settle")
 
-    async def _step(self, op: _Op, command: WorkCommand) -> bool:
-        """One decision and its execution; True when this worker is done with the operation."""
+    async def _step(self, op: _Op, command: WorkCommand) -> _Op | None:
+        """One decision and its execution.
+
+        The operation as this worker leaves it once done with it (the state its last append
+        folded, so the caller knows without a reload whether it is terminal), or None to
+        reload and decide again.
+        """
         declaration = self._registry.tool(op.state.tool)
         step = next_step(op.state, command, self._clock.now())
         match step:
             case Stop():
-                return True
+                return op
             case DeadLetterIt(reason=reason):
+                # Not terminal (only unresolved operations get here): the lease is released.
                 await self._dead_letter(op, reason)
-                return True
+                return op
             case Emit():
                 return await self._emit(op, step)
             case Wait(until=until):
                 await self._sleep_until(op, until)
-                return False
+                return None
             case Attempt():
                 return await self._attempt(op, declaration)
             case CancelAtProvider():
@@ -359,19 +372,19 @@ class Worker:
             case AwaitCompletion():
                 return await self._await_async(op, declaration)
 
-    async def _emit(self, op: _Op, step: Emit | Wait) -> bool:
-        """Carry out a decider's Emit (append) or Wait (sleep); True when done."""
+    async def _emit(self, op: _Op, step: Emit | Wait) -> _Op | None:
+        """Carry out a decider's Emit (append) or Wait (sleep); the operation once done."""
         if isinstance(step, Wait):
             await self._sleep_until(op, step.until)
-            return False
-        await self._append(op, *step.events)
-        return step.done
+            return None
+        op = await self._append(op, *step.events)
+        return op if step.done else None
 
     @property
     def _recheck_s(self) -> float:
         return self._settings.poll_interval_s * 4
 
-    async def _attempt(self, op: _Op, declaration: ToolDeclaration) -> bool:
+    async def _attempt(self, op: _Op, declaration: ToolDeclaration) -> _Op | None:
         op = await self._append(op, started(op.state, self._settings.worker_id))
         attempt = op.state.attempts
         crash_point("worker.after_started")
@@ -395,7 +408,7 @@ class Worker:
         op = await self._append(op, *decision.events)
         if op.state.status is OpStatus.FAILED_FINAL:
             await self._dead_letter(op, op.state.failure or "failed")
-        return op.state.terminal
+        return op if op.state.terminal else None
 
     async def _sleep_until(self, op: _Op, when: datetime) -> None:
         """Wait for a retry, waking early if the operation changes (a cancel, a callback)."""
@@ -406,7 +419,7 @@ class Worker:
             if fresh is None or fresh.seq != op.seq:
                 return
 
-    async def _await_async(self, op: _Op, declaration: ToolDeclaration) -> bool:
+    async def _await_async(self, op: _Op, declaration: ToolDeclaration) -> _Op | None:
         """Wait for the provider's callback; poll once it is overdue."""
         step = await_completion(
             op.state,
@@ -423,7 +436,7 @@ class Worker:
             op, after_poll(found, now=self._clock.now(), recheck_s=self._recheck_s)
         )
 
-    async def _reconcile(self, op: _Op, declaration: ToolDeclaration) -> bool:
+    async def _reconcile(self, op: _Op, declaration: ToolDeclaration) -> _Op | None:
         """UNKNOWN: ask the system of record before anything is sent again."""
         executor = self._registry.executor_for(op.state.tool)
         found = await executor.lookup(self._call(op.state), timeout_s=self._timeout(declaration))
@@ -431,7 +444,7 @@ class Worker:
             op, after_reconcile(op.state, found, now=self._clock.now(), recheck_s=self._recheck_s)
         )
 
-    async def _cancel(self, op: _Op, declaration: ToolDeclaration) -> bool:
+    async def _cancel(self, op: _Op, declaration: ToolDeclaration) -> _Op | None:
         """Cancel for real, and only report it once the state is confirmed."""
         executor = self._registry.executor_for(op.state.tool)
         call = self._call(op.state)

@@ -10,13 +10,21 @@ time the lease has expired, and the next worker takes it over (a waiting one wak
 the expiry the value names, not a poll later), then reconciles before it sends anything
 again. A live worker never loses it to a slow handler: only four renewals failing in a row
 would let it lapse.
+
+A worker that brings its operation to a terminal state does not release the lease: it stops
+renewing and leaves it to run out. Whoever comes for that operation next finds it terminal
+either way (waiting on the held lease, it reloads the operation; taking the expired one, it
+loads it) and does nothing, so a delete would be one more KV round trip for nothing. An
+operation left unfinished (handed back, raced, an exception) releases its lease at once, and
+a running-limit slot is always released, since another operation waits for it. `acquire`
+takes a lease whose value names an expiry in the past, by an update on the revision it read.
 """
 
 from __future__ import annotations
 
 import contextlib
 
-from nats.js.errors import KeyWrongLastSequenceError, NotFoundError
+from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError, NotFoundError
 from nats.js.kv import KeyValue
 
 from libs.clock import Clock
@@ -28,7 +36,7 @@ def _epoch(clock: Clock) -> float:
 
 
 class Lease:
-    """A held lease; renew it while working, release it when done."""
+    """A held lease; renew it while working, release it (or let it run out) when done."""
 
     def __init__(
         self, kv: KeyValue, key: str, owner: str, ttl_s: float, revision: int, *, clock: Clock
@@ -90,20 +98,29 @@ async def acquire(
     """Take the lease if free, expired or already ours; None while another worker holds it."""
     value = f"{owner}|{_epoch(clock) + ttl_s:.3f}".encode()
     try:
-        revision = await kv.create(key, value)
+        # Revision 0: the key was never written. Not `kv.create`, which on a written key
+        # reads it once more to tell a delete marker from a value: the read below does.
+        revision = await kv.update(key, value, last=0)
     except KeyWrongLastSequenceError:
         pass
     else:
         return Lease(kv, key, owner, ttl_s, revision, clock=clock)
     try:
         entry = await kv.get(key)
-    except NotFoundError:
-        return await acquire(kv, key, owner, ttl_s, clock)
-    holder, _, expires = (entry.value or b"").decode().partition("|")
-    if holder != owner and float(expires or 0) > _epoch(clock):
-        return None
+    except KeyNotFoundError as gone:
+        if gone.entry is None or gone.entry.revision is None:
+            # Purged since the update: the key is unwritten again.
+            return await acquire(kv, key, owner, ttl_s, clock)
+        # Released (a delete marker): free, replaced on the marker's revision.
+        last = gone.entry.revision
+    else:
+        holder, _, expires = (entry.value or b"").decode().partition("|")
+        if holder != owner and float(expires or 0) > _epoch(clock):
+            return None
+        # Ours, or expired (left to run out, or its holder is dead): taken over.
+        last = entry.revision
     try:
-        revision = await kv.update(key, value, last=entry.revision)
+        revision = await kv.update(key, value, last=last)
     except KeyWrongLastSequenceError:
         return None
     return Lease(kv, key, owner, ttl_s, revision, clock=clock)
