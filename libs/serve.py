@@ -12,6 +12,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from libs.config import ServeSettings
+from libs.heap import settle
 from libs.tools import DeclarationError
 
 # sysexits' EX_CONFIG: the supervisor does not restart a child that exits with it, because
@@ -54,6 +55,7 @@ def serve(
             sys.stderr.write(f"{service}: refusing to start: {exc}\n")
             sys.stderr.flush()
             raise SystemExit(EXIT_CONFIG) from None
+    settle(settings.heap)
     http = settings.http
     signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(
