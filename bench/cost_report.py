@@ -340,8 +340,17 @@ def design_change_lines(benchmarks: dict[str, Json]) -> list[str]:
         "| CPU ms per operation | load (1 min) |",
         "|---|---:|---|---|---|---|",
     ]
+    elsewhere: list[str] = []
     for name, found in changes.items():
         stages = found if isinstance(found, dict) else {}
+        if not any(
+            isinstance(stages.get(k), dict) and "messages_per_turn" in stages[k]
+            for k in ("before", "after")
+        ):
+            # Measured by another benchmark (bench.acceptance, bench.ops, a probe): a row of
+            # "not measured" here would say the opposite of what the entry holds.
+            elsewhere.append(name)
+            continue
         for label in ("", " (paced)"):
             before, after = (_picked(stages.get(k), paced=bool(label)) for k in ("before", "after"))
             if label and not before and not after:
@@ -352,6 +361,10 @@ def design_change_lines(benchmarks: dict[str, Json]) -> list[str]:
                 f"| {name}{label} | {turns} | {b[0]} → {a[0]} | {b[1]} → {a[1]} "
                 f"| {b[2]} → {a[2]} | {b[3]} → {a[3]} |"
             )
+    if elsewhere:
+        lines += ["", "Measured by another benchmark, figures in their entries of "
+                  "design-changes.json and in docs/performance.md's hot-path table: "
+                  + ", ".join(f"`{n}`" for n in elsewhere) + "."]
     ops = data.get("ops_end_to_end")
     if isinstance(ops, dict):
         lines += ["", f"End to end ({ops.get('what', 'bench.ops')}):", "",
