@@ -59,6 +59,20 @@ TERMINAL: frozenset[OpStatus] = frozenset(
 )
 
 
+# The failure each kind leaves on an operation, for every fold that words a closing alike.
+RECONCILED_FAILURE = "reconciled: no effect found"
+
+
+def rejection_failure(event: OperationRejected) -> str:
+    """An operation's failure once admission rejected it."""
+    return f"{event.reason}: {event.detail}"
+
+
+def final_failure(event: OperationFailedFinal) -> str:
+    """An operation's failure once it failed for good."""
+    return f"{event.reason}: {event.detail}".rstrip(": ")
+
+
 class IllegalTransition(Exception):
     """An event that the operation's current state does not allow."""
 
@@ -226,10 +240,10 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
                 intent_key=env.intent_key or state.intent_key,
                 subject_key=env.subject_key or state.subject_key,
             )
-        case OperationRejected(tool=tool, reason=reason, detail=detail):
-            failure = f"{reason}: {detail}"
+        case OperationRejected(tool=tool):
             return evolved(
-                state, version=v, status=S.REJECTED, tool=tool or state.tool, failure=failure
+                state, version=v, status=S.REJECTED, tool=tool or state.tool,
+                failure=rejection_failure(event),
             )
         case OperationStarted():
             return evolved(state, version=v, status=S.RUNNING, awaiting_async=False, retry_at=None)
@@ -249,9 +263,7 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
                 state, version=v, status=S.FAILED_RETRYABLE, failure=reason, retry_at=retry_at
             )
         case OperationReconciled():
-            return evolved(
-                state, version=v, status=S.FAILED_RETRYABLE, failure="reconciled: no effect found"
-            )
+            return evolved(state, version=v, status=S.FAILED_RETRYABLE, failure=RECONCILED_FAILURE)
         case OperationUnknown(reason=reason):
             return evolved(state, version=v, status=S.UNKNOWN, failure=reason)
         case OperationCommitted(result=result, provider_ref=ref):
@@ -264,9 +276,8 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
                 awaiting_async=False,
                 provider_ref=ref or state.provider_ref,
             )
-        case OperationFailedFinal(reason=reason, detail=detail):
-            failure = f"{reason}: {detail}".rstrip(": ")
-            return evolved(state, version=v, status=S.FAILED_FINAL, failure=failure)
+        case OperationFailedFinal():
+            return evolved(state, version=v, status=S.FAILED_FINAL, failure=final_failure(event))
         case OperationCancelRequested():
             return evolved(state, version=v, status=S.CANCEL_REQUESTED, before_cancel=state.status)
         case OperationCancelled():

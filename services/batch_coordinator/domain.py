@@ -7,33 +7,132 @@ to vary); only final failures go through the model, which must offer an alternat
 from __future__ import annotations
 
 import hashlib
-import typing
-from collections.abc import Sequence
-from typing import Literal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Protocol
+
+import msgspec
 
 from libs.domain.batch import MemberStatus
-from libs.domain.operation import OperationState
+from libs.domain.operation import RECONCILED_FAILURE, final_failure, rejection_failure
 from libs.events import (
-    OperationAttempted,
+    Envelope,
+    OperationAdmitted,
     OperationCancelled,
     OperationCommitted,
     OperationEvent,
     OperationFailedFinal,
+    OperationProgress,
+    OperationReconciled,
     OperationRejected,
+    OperationRequested,
+    OperationRetryScheduled,
+    OperationUnknown,
 )
 from libs.models import Outcome
 from libs.tools import ToolDeclaration
 from libs.tools.labels import label_of
 
-# The operation events the coordinator's consumer asks the broker for: all but
-# `operation.attempted`. Terminal kinds settle a member and progress becomes a note, but the
-# closing's words (tool, arguments, result, failure) come from the operation state folded by
-# `evolve`, which refuses a kind the status does not allow (a commit needs the start before
-# it): every kind that moves the status stays. An attempt moves none and sets only fields the
-# closing does not read (attempts, provider_ref, awaiting_async, last_attempt_at).
-COORDINATED: tuple[type[OperationEvent], ...] = tuple(
-    t for t in typing.get_args(OperationEvent) if t is not OperationAttempted
+# The operation events the coordinator's consumer asks the broker for: the kinds
+# `evolve_member` reads, plus progress (a note). The terminal kinds settle a member; the
+# opening kinds give the closing its tool, arguments and priority; the kinds that set an
+# operation's failure before it ends word a cancelled member's detail. Every other kind
+# (started, attempted, confirmations, cancel requests and refusals, compensation, dead
+# letters) sets nothing a closing reads: a three-operation turn delivers 6, not 9.
+COORDINATED: tuple[type[OperationEvent], ...] = (
+    OperationRequested,
+    OperationAdmitted,
+    OperationRejected,
+    OperationProgress,
+    OperationRetryScheduled,
+    OperationUnknown,
+    OperationReconciled,
+    OperationCommitted,
+    OperationFailedFinal,
+    OperationCancelled,
 )
+
+
+class Worded(Protocol):
+    """What a closing reads of a member: an operation's full state or its member view."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def arguments(self) -> Mapping[str, Any]: ...
+    @property
+    def priority(self) -> str: ...
+    @property
+    def result(self) -> Mapping[str, Any] | None: ...
+    @property
+    def failure(self) -> str | None: ...
+
+
+class MemberView(msgspec.Struct, frozen=True, kw_only=True):
+    """One batch member as the closing sees it, folded from the kinds in `COORDINATED`.
+
+    Unlike the operation's state machine it refuses nothing: any order, a duplicate (a
+    callback twice) or a kind it does not read leaves a view it can still word. The first
+    terminal kind settles it, as the batch's settlement takes the first terminal event.
+    """
+
+    operation_id: str
+    session_id: str
+    batch_id: str | None = None
+    tool: str = ""
+    arguments: dict[str, Any] = {}
+    priority: str = "normal"
+    # An opening kind (requested, admitted, rejected) was folded: without one the view
+    # does not know what the operation was, and the closing loads the operation instead.
+    opened: bool = False
+    admitted: bool = False
+    status: MemberStatus | None = None
+    result: dict[str, Any] | None = None
+    failure: str | None = None
+
+
+def evolve_member(view: MemberView | None, env: Envelope[OperationEvent]) -> MemberView:
+    """Fold one operation event into its member view; kinds it does not read change nothing."""
+    if view is None:
+        view = MemberView(
+            operation_id=env.operation_id or "", session_id=env.session_id, batch_id=env.batch_id
+        )
+    replace = msgspec.structs.replace
+    event = env.event
+    settled = view.status is not None
+    match event:
+        case OperationAdmitted():
+            # The admission's words are the operation's, whatever came before it.
+            return replace(
+                view, tool=event.tool, arguments=event.arguments, priority=event.priority,
+                opened=True, admitted=True, batch_id=env.batch_id or view.batch_id,
+            )
+        case OperationRequested(tool=tool, arguments=arguments) if not view.admitted:
+            # A rejection's own tool name outranks the request's, as in the state machine.
+            return replace(view, tool=view.tool or tool, arguments=arguments, opened=True)
+        case OperationRejected(tool=tool) if not settled:
+            return replace(
+                view,
+                tool=view.tool if view.admitted or not tool else tool,
+                opened=True,
+                status="rejected",
+                failure=rejection_failure(event),
+            )
+        case OperationCommitted(result=result) if not settled:
+            return replace(view, status="committed", result=result, failure=None)
+        case OperationFailedFinal() if not settled:
+            return replace(view, status="failed_final", failure=final_failure(event))
+        case OperationCancelled() if not settled:
+            # The detail is whatever failure the operation last had (a retry, an unknown).
+            return replace(view, status="cancelled")
+        case OperationRetryScheduled(reason=reason) | OperationUnknown(reason=reason) if (
+            not settled
+        ):
+            return replace(view, failure=reason)
+        case OperationReconciled() if not settled:
+            return replace(view, failure=RECONCILED_FAILURE)
+        case _:
+            pass
+    return view
 
 
 def member_status(event: OperationEvent) -> MemberStatus | None:
@@ -60,7 +159,7 @@ def progress_delivery_id(operation_event_id: str) -> str:
 def outcome_of(
     operation_id: str,
     status: MemberStatus,
-    state: OperationState | None,
+    state: Worded | None,
     declaration: ToolDeclaration | None = None,
 ) -> Outcome:
     """A member's outcome for the summary; the batch's settled status is authoritative."""
@@ -129,6 +228,6 @@ def short_summary(outcomes: Sequence[Outcome], language: str) -> str:
     return f"{done} of {total} done."
 
 
-def priority_of(states: Sequence[OperationState | None]) -> Literal["normal", "urgent"]:
+def priority_of(states: Sequence[Worded | None]) -> Literal["normal", "urgent"]:
     """Urgent when any member was declared urgent by its tool's policy (never by the model)."""
     return "urgent" if any(s is not None and s.priority == "urgent" for s in states) else "normal"

@@ -42,7 +42,6 @@ from libs.domain.batch import (
     final_delivery_id,
     final_delivery_key,
 )
-from libs.domain.operation import OperationState
 from libs.events import (
     BATCHES,
     DELIVERIES,
@@ -60,6 +59,9 @@ from libs.service import Runtime
 from libs.tools import ToolDeclaration, ToolRegistry
 
 from .domain import (
+    MemberView,
+    Worded,
+    evolve_member,
     member_status,
     needs_model,
     outcome_of,
@@ -100,8 +102,9 @@ class Coordinator:
         self.batches: Projection[BatchState, BatchEvent] = Projection(
             batch_domain.evolve, key=lambda env: env.batch_id or ""
         )
-        self.ops: Projection[OperationState, OperationEvent] = Projection(
-            operation_domain.evolve, key=lambda env: env.operation_id or ""
+        # Per operation, only what its closing reads (not the operation's state machine).
+        self.members: Projection[MemberView, OperationEvent] = Projection(
+            evolve_member, key=lambda env: env.operation_id or ""
         )
         # First terminal status seen per operation, whatever the state machine thinks of
         # a duplicate: the batch only needs to know that the member is done.
@@ -163,7 +166,7 @@ class Coordinator:
 
     def _fold_operation(self, env: Envelope[OperationEvent], seq: int) -> None:
         op_id = env.operation_id or ""
-        self.ops.apply(env, seq)
+        self.members.apply(env, seq)
         if env.batch_id:
             self.op_batch.setdefault(op_id, env.batch_id)
         status = member_status(env.event)
@@ -216,7 +219,7 @@ class Coordinator:
             delivery_id = exc.existing.decode()
             log.warning("batch %s closing already claimed as %s", state.batch_id, delivery_id)
         crash_point("coordinator.after_claim")
-        members = [await self._operation(state.session_id, m) for m in state.members]
+        members = [await self._member(state.session_id, m) for m in state.members]
         outcomes = [
             outcome_of(m, state.settled[m], s, self._declaration(s))
             for m, s in zip(state.members, members, strict=True)
@@ -257,7 +260,7 @@ class Coordinator:
         drained = batch_domain.decide(state, CloseBatch(delivery_id))
         await self._append_batch(state, seq, drained, ready.event_id)
 
-    def _declaration(self, state: OperationState | None) -> ToolDeclaration | None:
+    def _declaration(self, state: Worded | None) -> ToolDeclaration | None:
         if state is None or not self._registry.has(state.tool):
             return None
         return self._registry.tool(state.tool)
@@ -351,10 +354,12 @@ class Coordinator:
             crash_point(f"coordinator.after_{str(event.__struct_config__.tag).split('.')[-1]}")
         return state, seq
 
-    async def _operation(self, session_id: str, operation_id: str) -> OperationState | None:
-        state = self.ops.get(operation_id)
-        if state is not None:
-            return state
+    async def _member(self, session_id: str, operation_id: str) -> Worded | None:
+        view = self.members.get(operation_id)
+        if view is not None and view.opened:
+            return view
+        # Never seen what the operation is (no admission, request or rejection folded):
+        # its own subject says, folded by the operation's state machine.
         topo = self._rt.topology
         loaded = await load_from(
             self._events,

@@ -20,6 +20,7 @@ from libs.events import (
     DeliveryReady,
     OperationAdmitted,
     OperationCommitted,
+    OperationStarted,
 )
 from libs.models import MockModel
 from services.batch_coordinator.handlers import Coordinator
@@ -119,3 +120,29 @@ async def test_a_closing_claimed_by_another_id_is_delivered_under_that_id() -> N
     )
     assert [type(i.envelope.event) for i in theirs.items] == [DeliveryReady]
     assert ours.items == []
+
+
+async def test_a_member_whose_admission_was_not_folded_is_worded_from_its_subject() -> None:
+    # The consumer delivered only the commits (the admissions were appended but never
+    # folded here): the closing loads each operation instead of naming "the request".
+    store = MemoryEventStore()
+    coordinator = _coordinator(store)
+    topo = coordinator._rt.topology
+    for op in MEMBERS:
+        subject = topo.operation_subject("s1", op)
+        admitted = OperationAdmitted(
+            tool="provision_access", arguments={"access": f"{op}-repo"}, tenant_id="t",
+            user_id="u",
+        )
+        await put(store, OPERATIONS, subject, _op(admitted, op))
+        await put(store, OPERATIONS, subject, _op(OperationStarted(worker_id="w", attempt=1), op))
+    opened: Any = envelope(BatchOpened(operation_ids=MEMBERS), session_id="s1", batch_id="b1")
+    await coordinator.on_batch(await put(store, BATCHES, topo.batch_subject("s1", "b1"), opened))
+    for op in MEMBERS:
+        await _commit(store, coordinator, op)
+        assert not coordinator.members.states[op].opened
+
+    delivery_subject = topo.delivery_subject("s1", final_delivery_id("b1"))
+    [ready] = (await store.read_subject("d", delivery_subject, DELIVERIES)).items
+    assert isinstance(ready.envelope.event, DeliveryReady)
+    assert ready.envelope.event.text == "All done: op1-repo and op2-repo."
