@@ -9,7 +9,7 @@ Two consumers and one HTTP route feed it, the consumers competing with every oth
 Every append names the subject sequence it was decided from, so two writers never both win;
 the loser reloads and decides again from the new truth.
 
-About 500 lines: each piece of I/O the worker does (leases, slots, the executor's four
+About 600 lines: each piece of I/O the worker does (leases, slots, the executor's four
 calls, the DLQ, callbacks) has its short method here; every decision is in `domain.py`.
 """
 
@@ -317,7 +317,7 @@ class Worker:
         terminal), and whether another holder had it first.
 
         Acknowledging this message while another worker holds the lease would lose the work
-        if that worker then fails: its own delivery is already gone from the work queue.
+        if that worker then fails: its own delivery may already be acknowledged.
         """
         owner, ttl = self._settings.worker_id, self._settings.lease_ttl_s
         waited = False
