@@ -263,12 +263,18 @@ ROLES: Final[tuple[_Role, ...]] = (
         "Opens the batch of operations admitted in one turn.",
         only=(BatchOpened,),
     ),
-    _Role("operation-worker", "receive", Context.WORK, "Takes work commands from the work queue."),
+    _Role(
+        "operation-worker",
+        "receive",
+        Context.WORK,
+        "Takes work commands (an operator's re-drive) from the work queue.",
+    ),
     _Role(
         "operation-worker",
         "receive",
         Context.OPERATIONS,
-        "Reads operation history to resume and reconcile operations.",
+        "Runs admitted operations and cancel requests as they arrive; reads operation history"
+        " to resume and reconcile operations.",
     ),
     _Role(
         "operation-worker",
@@ -277,7 +283,12 @@ ROLES: Final[tuple[_Role, ...]] = (
         "Records execution, retries and terminal states.",
         exclude=_ADMISSION,
     ),
-    _Role("operation-worker", "send", Context.WORK, "Schedules follow-up work commands."),
+    _Role(
+        "holdline-operator",
+        "send",
+        Context.WORK,
+        "Re-drives dead-lettered operations as work commands (`holdline dlq redrive`).",
+    ),
     _Role("operation-worker", "send", Context.DLQ, "Dead-letters messages it gave up on."),
     _Role(
         "batch-coordinator",

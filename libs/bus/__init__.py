@@ -22,6 +22,7 @@ from .store import (
     ConcurrencyConflict,
     NatsEventStore,
     append,
+    appended_to_empty,
     claim_once,
     read_claim,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "StreamSpec",
     "Topology",
     "append",
+    "appended_to_empty",
     "claim_once",
     "connect",
     "ensure_buckets",

@@ -70,6 +70,8 @@ class Received(Generic[B]):
     subject: str
     stream_seq: int
     num_delivered: int
+    # As the broker stored them with the message (the guards it was appended under included).
+    headers: dict[str, str] | None = None
 
 
 Handler = Callable[[Received[B]], Awaitable[None]]
@@ -310,6 +312,7 @@ class DurableConsumer(Generic[B]):
             subject=msg.subject,
             stream_seq=meta.sequence.stream,
             num_delivered=meta.num_delivered,
+            headers=msg.headers,
         )
         self._lag.set(meta.num_pending)
         heartbeat = _Heartbeat(msg, self._heartbeat_s)

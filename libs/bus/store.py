@@ -50,6 +50,9 @@ log = logging.getLogger(__name__)
 _WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
 # "Temporarily unavailable": the stream is between leaders.
 _UNAVAILABLE = 503
+# The optimistic-concurrency guard's headers (stored with the message they guarded).
+_EXPECTED_SEQ = "Nats-Expected-Last-Subject-Sequence"
+_EXPECTED_SEQ_SUBJECT = "Nats-Expected-Last-Subject-Sequence-Subject"
 
 
 class StaleReplica(nats.errors.Error):
@@ -110,6 +113,22 @@ def placement(subject: str, event: object) -> tuple[str, str | None]:
     return f"{subject[:-1]}{event_kind(tag)}", subject
 
 
+def appended_to_empty(headers: Mapping[str, str] | None, subject: str) -> bool:
+    """Whether a stored message was appended under the guard "`subject` holds nothing yet".
+
+    The broker stores a message with the headers it was published with, the
+    `Nats-Expected-Last-Subject-Sequence(-Subject)` guard included, and that guard held
+    when it was stored: such a message is the first of its aggregate. A message without the
+    guard (a producer that appended blindly) proves nothing and is answered False.
+    """
+    if not headers or headers.get(_EXPECTED_SEQ) != "0":
+        return False
+    checked_on = headers.get(_EXPECTED_SEQ_SUBJECT)
+    if subject.endswith(".*"):
+        return checked_on == subject
+    return checked_on is None
+
+
 @dataclass(frozen=True, slots=True)
 class Appended:
     """Where an event landed, and whether the broker saw it as a duplicate."""
@@ -144,9 +163,9 @@ async def append(
         if headers:
             hdrs.update(headers)
         if expected_last_subject_seq is not None:
-            hdrs["Nats-Expected-Last-Subject-Sequence"] = str(expected_last_subject_seq)
+            hdrs[_EXPECTED_SEQ] = str(expected_last_subject_seq)
             if checked_on is not None:
-                hdrs["Nats-Expected-Last-Subject-Sequence-Subject"] = checked_on
+                hdrs[_EXPECTED_SEQ_SUBJECT] = checked_on
         payload = codec.encode(envelope)
         deadline = time.monotonic() + timings.append_retry_s
         delay = 0.05

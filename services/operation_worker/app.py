@@ -1,4 +1,4 @@
-"""operation-worker: consumers for dispatch and work, plus the callback route."""
+"""operation-worker: its consumers (operation events, work commands) and the callback route."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ from .settings import Settings
 _MAX_CALLBACK_BYTES = 64 * 1024
 
 
+def per_operation(subject: str) -> str:
+    """An operation event's subject without its kind token: one group per operation."""
+    return subject.rpartition(".")[0]
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the worker's app; consumers start with it."""
     settings = settings or Settings.from_env()
@@ -36,15 +41,27 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     runtime = Runtime(
         name="operation-worker",
         settings=settings.bus,
-        publishes=(Context.OPERATIONS, Context.WORK, Context.DLQ),
-        # Asked for at start-up, once the worker below (which takes the runtime) exists. The
-        # durables are `operation-worker-dispatch` and `operation-worker-work`.
+        publishes=(Context.OPERATIONS, Context.DLQ),
+        # Asked for at start-up, once the worker below (which takes the runtime) exists.
         consumers=lambda: (
+            # The operations consumer runs the work itself (no work command, no load of an
+            # admitted operation): one message at a time per operation (its admitted and its
+            # cancel_requested, in stream order), many operations at once per worker. The
+            # durable keeps its name from when it only relayed (`operation-worker-dispatch`)
+            # so a deployment carries on where it left off instead of a new durable replaying
+            # every admitted event from the stream's start.
             consumes(
-                Context.OPERATIONS, OPERATIONS, worker.dispatch, role="dispatch",
+                Context.OPERATIONS,
+                OPERATIONS,
+                worker.execute,
+                role="dispatch",
                 filter_subjects=lambda topology: topology.operation_kinds_filter(DISPATCHED),
+                group_by=per_operation,
+                max_in_flight=settings.max_in_flight,
+                batch=settings.work_batch,
             ),
-            # One message at a time per operation, many operations at once per worker.
+            # Work commands an operator re-drives (libs/operator) or an older worker relayed:
+            # run the same way, grouped per operation too (`operation-worker-work`).
             consumes(
                 Context.WORK,
                 WORK,

@@ -1,5 +1,6 @@
-"""The worker's pure decisions: what to dispatch, which step an operation needs next, and
-what an attempt's, a cancel's, a lookup's or a poll's outcome means.
+"""The worker's pure decisions: which operation events it runs, the state it may start from
+without reading the stream, which step an operation needs next, and what an attempt's, a
+cancel's, a lookup's or a poll's outcome means.
 
 No I/O, no clock, no randomness inside: `now` and a uniform random draw are arguments. The
 shell (`handlers.py`) only loads, asks these, appends and calls the executor; every step is
@@ -14,10 +15,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from libs.domain import OperationState, OpStatus
+from libs.domain import OperationState, OpStatus, operation
 from libs.events import (
     CancelOperation,
     CompletionSource,
+    Envelope,
     ExecuteOperation,
     OperationAdmitted,
     OperationAttempted,
@@ -41,19 +43,37 @@ _RETRYABLE = frozenset(
 )
 
 
-# The operation events `policy` turns into work: the dispatcher's consumer asks the broker
-# for these kinds only (tests/operations check the two stay equal).
+# The operation events `policy` turns into work: the worker's consumer on the operations
+# stream asks the broker for these kinds only (tests/operations check the two stay equal).
 DISPATCHED: tuple[type[OperationEvent], ...] = (OperationAdmitted, OperationCancelRequested)
 
 
 def policy(event: OperationEvent) -> list[WorkCommand]:
-    """Which work an operation event calls for (the dispatcher's whole job)."""
+    """Which work an operation event calls for (run by the worker that receives the event)."""
     match event:
         case OperationCancelRequested(reason=reason):
             return [CancelOperation(reason=reason)]
         case OperationAdmitted():
             return [ExecuteOperation()]
     return []
+
+
+def seeded(
+    env: Envelope[OperationEvent], *, stream_seq: int, first: bool
+) -> tuple[OperationState, int] | None:
+    """The operation as its `operation.admitted` leaves it, and the sequence to append after,
+    without reading the stream; None when the stream must be read.
+
+    Only for an admitted event that is the operation's first (`first`: the broker stored it
+    under the guard "the operation holds nothing yet"): then this one event is its whole
+    history up to `stream_seq`, and the next append, guarded by that sequence, fails if
+    anything was written since (a cancel, another worker's start), sending the worker back
+    to the stream. An admitted event after others (a confirmation) or appended unguarded (a
+    replayed producer) proves nothing about what came before it, so it is never a seed.
+    """
+    if not first or not isinstance(env.event, OperationAdmitted):
+        return None
+    return operation.evolve(None, env), stream_seq
 
 
 def backoff_s(declaration: ToolDeclaration, attempt: int, draw: float, scale: float = 1.0) -> float:

@@ -1,23 +1,27 @@
 """The worker's thin shell: load an operation, ask the pure decisions, append, repeat.
 
-Two consumers and one HTTP route feed it:
-- dispatch: operation events → work commands (policy), on the operations stream;
-- work: execute / cancel one operation, competing with every other worker;
+Two consumers and one HTTP route feed it, the consumers competing with every other worker:
+- execute: `operation.admitted` / `operation.cancel_requested` on the operations stream,
+  mapped by `policy` to the work they call for and run right there (an admitted first event
+  is the operation's state: nothing is read before the first append);
+- work: execute / cancel commands on the work queue (an operator's re-drive, a copy);
 - callbacks: the provider's signed async completions.
 Every append names the subject sequence it was decided from, so two writers never both win;
 the loser reloads and decides again from the new truth.
 
-About 500 lines: each piece of I/O the worker does (leases, slots, the executor's four
+About 600 lines: each piece of I/O the worker does (leases, slots, the executor's four
 calls, the DLQ, callbacks) has its short method here; every decision is in `domain.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import re
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -34,6 +38,7 @@ from libs.bus import (
     Received,
     Topology,
     append,
+    appended_to_empty,
     load,
 )
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
@@ -41,8 +46,6 @@ from libs.crash import crash_point
 from libs.domain import OperationState, OpStatus, operation
 from libs.events import (
     OPERATIONS,
-    WORK,
-    Envelope,
     OperationAttempted,
     OperationDeadLettered,
     OperationEvent,
@@ -74,6 +77,7 @@ from .domain import (
     completion_events,
     next_step,
     policy,
+    seeded,
     started,
 )
 from .lease import Lease, acquire, expires_in
@@ -100,6 +104,9 @@ class _Op:
     state: OperationState
     seq: int
     subject: str
+    # Folded from the delivered admitted event, not read from the stream: true only until
+    # the first guarded append says so (see `_step`).
+    seed: bool = False
 
 
 class Worker:
@@ -126,6 +133,9 @@ class Worker:
         self._budget = RetryBudget(settings.retry_budget_ratio, settings.retry_budget_min)
         # Jitter only, never security: a plain PRNG is the right tool.
         self._rand = random.Random()  # noqa: S311
+        # Per operation id: the lock of the run in hand, and how many runs hold or want it.
+        self._in_hand: dict[str, asyncio.Lock] = {}
+        self._queued: dict[str, int] = {}
 
     @property
     def _js(self) -> JetStreamContext:
@@ -211,75 +221,118 @@ class Worker:
             provider_ref=state.provider_ref,
         )
 
-    # -- dispatch ------------------------------------------------------------
-    async def dispatch(self, received: Received[OperationEvent]) -> None:
-        """Policy: operation events → work commands (deduplicated by message id)."""
-        env = received.envelope
-        for command in policy(env.event):
-            tag = command.__struct_config__.tag
-            work = Envelope(
-                event_id=f"{tag}:{env.operation_id}:{received.stream_seq}",
-                occurred_at=env.occurred_at,
-                session_id=env.session_id,
-                operation_id=env.operation_id,
-                causation_id=env.event_id,
-                event=command,
-            )
-            subject = self._topology.work_subject(env.session_id, env.operation_id or "")
-            await append(
-                self._js, WORK, subject, work, msg_id=f"{tag}:{env.operation_id}",
-                timings=self._timings,
-            )
+    # -- execution -------------------------------------------------------------------------
+    async def execute(self, received: Received[OperationEvent]) -> None:
+        """An operation event's work (policy), run by this worker: no work command is written.
 
-    # -- work ------------------------------------------------------------------------------
+        A first delivery of an admitted event that is the operation's first is the state to
+        start from (`seeded`); anything else is read from the stream.
+        """
+        env = received.envelope
+        if not env.operation_id:
+            raise Poison("operation event without operation_id")
+        commands = policy(env.event)
+        if not commands:
+            return
+        subject = self._topology.operation_subject(env.session_id, env.operation_id)
+        seed: _Op | None = None
+        # A redelivery means a worker had it (and may have written since): read the stream.
+        if received.num_delivered == 1:
+            first = appended_to_empty(received.headers, subject)
+            found = seeded(env, stream_seq=received.stream_seq, first=first)
+            if found is not None:
+                seed = _Op(found[0], found[1], subject, seed=True)
+        for command in commands:
+            await self._run(env.session_id, env.operation_id, command, seed)
+            seed = None
+
     async def work(self, received: Received[WorkCommand]) -> None:
-        """Run one operation to a terminal state (or until another worker owns it)."""
+        """A work command (re-driven by an operator, or a copy): run it as `execute` would."""
         env = received.envelope
         if not env.operation_id:
             raise Poison("work command without operation_id")
-        lease = await self._wait_for_lease(env.session_id, env.operation_id)
-        if lease is None:
-            # Settled by the worker that held it (it saw any new request when it reloaded).
-            return
-        held = [lease]
-        renewer = asyncio.create_task(self._renew(held))
-        terminal = False
-        try:
-            op = await self._load(env.session_id, env.operation_id)
-            if op is None:
-                raise Poison(f"no events for operation {env.operation_id}")
-            slot = await self._running_slot(op)
-            if slot is not None:
-                held.append(slot)
-            terminal = await self._drive(op, env.event)
-        finally:
-            renewer.cancel()
-            # A terminal operation's own lease is left to run out (its ttl): any later copy
-            # of its work finds it terminal whether it waits on the lease or takes it, so a
-            # delete would be one more KV round trip for nothing. The running slot, which
-            # another operation waits for, and the lease of an operation left unfinished
-            # (handed back, raced, an exception) are given up now.
-            for held_lease in held[1:] if terminal else held:
-                await held_lease.release()
+        await self._run(env.session_id, env.operation_id, env.event, None)
 
-    async def _wait_for_lease(self, session_id: str, operation_id: str) -> Lease | None:
-        """The operation's lease once its holder lets go; None once the operation is terminal.
+    async def _run(
+        self, session_id: str, operation_id: str, command: WorkCommand, seed: _Op | None
+    ) -> None:
+        """Run one operation to a terminal state (or until another worker owns it)."""
+        async with self._one_at_a_time(operation_id) as queued:
+            lease, waited = await self._wait_for_lease(session_id, operation_id)
+            if lease is None:
+                # Settled by the worker that held it (it saw any new request when it reloaded).
+                return
+            held = [lease]
+            renewer = asyncio.create_task(self._renew(held))
+            terminal = False
+            try:
+                # After another run of it (here or elsewhere), its writes are in the stream,
+                # not in the seed.
+                op = seed if seed is not None and not (queued or waited) else None
+                if op is None:
+                    op = await self._load(session_id, operation_id)
+                if op is None:
+                    raise Poison(f"no events for operation {operation_id}")
+                slot = await self._running_slot(op)
+                if slot is not None:
+                    held.append(slot)
+                terminal = await self._drive(op, command)
+            finally:
+                renewer.cancel()
+                # A terminal operation's own lease is left to run out (its ttl): any later
+                # copy of its work finds it terminal whether it waits on the lease or takes
+                # it, so a delete would be one more KV round trip for nothing. The running
+                # slot, which another operation waits for, and the lease of an operation
+                # left unfinished (handed back, raced, an exception) are given up now.
+                for held_lease in held[1:] if terminal else held:
+                    await held_lease.release()
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self, operation_id: str) -> AsyncIterator[bool]:
+        """One run per operation in this worker, whichever consumer brought it; yields
+        whether another run was in hand first.
+
+        The lease keeps other workers out but lets its own holder in again, and the two
+        consumers (operation events, work commands) each order only their own messages.
+        """
+        lock = self._in_hand.get(operation_id)
+        if lock is None:
+            lock = self._in_hand[operation_id] = asyncio.Lock()
+        queued = lock.locked()
+        self._queued[operation_id] = self._queued.get(operation_id, 0) + 1
+        try:
+            async with lock:
+                yield queued
+        finally:
+            self._queued[operation_id] -= 1
+            if self._queued[operation_id] == 0:
+                # Nobody else waits on this operation here: forget its lock.
+                del self._queued[operation_id]
+                del self._in_hand[operation_id]
+
+    async def _wait_for_lease(
+        self, session_id: str, operation_id: str
+    ) -> tuple[Lease | None, bool]:
+        """The operation's lease once its holder lets go (None once the operation is
+        terminal), and whether another holder had it first.
 
         Acknowledging this message while another worker holds the lease would lose the work
-        if that worker then fails: its own delivery is already gone from the work queue.
+        if that worker then fails: its own delivery may already be acknowledged.
         """
         owner, ttl = self._settings.worker_id, self._settings.lease_ttl_s
+        waited = False
         # Bounded by the holder: it finishes, or stops renewing and the lease expires.
         while (lease := await acquire(self._leases, operation_id, owner, ttl, self._clock)) is None:
+            waited = True
             op = await self._load(session_id, operation_id)
             if op is None or op.state.terminal:
-                return None
+                return None, waited
             # Wake right at the holder's expiry (a dead worker's operation is taken over
             # then, not up to a poll later); a live holder has renewed it by that time.
             left = await expires_in(self._leases, operation_id, self._clock)
             poll = self._settings.poll_interval_s * 4
             await asyncio.sleep(poll if left is None else min(poll, max(0.02, left + 0.01)))
-        return lease
+        return lease, waited
 
     async def _running_slot(self, op: _Op) -> Lease | None:
         """For tools with a running limit: wait (queued, admitted) for a free slot."""
@@ -351,6 +404,10 @@ class Worker:
         """
         declaration = self._registry.tool(op.state.tool)
         step = next_step(op.state, command, self._clock.now())
+        if op.seed and not isinstance(step, Attempt | Emit):
+            # A seed is trusted only by a step whose first effect is a guarded append (which
+            # fails if the seed is stale); any other (a dead letter) reads the stream first.
+            return None
         match step:
             case Stop():
                 return op

@@ -13,8 +13,9 @@
 - `HOLDLINE_BACKOFF_SCALE` (1.0): multiplies every declared backoff (tests make it small)
 - `HOLDLINE_TIMEOUT_SCALE` (1.0): multiplies every declared per-attempt timeout
 - `HOLDLINE_MAX_IN_FLIGHT` (256): operations one worker handles at once
-- `HOLDLINE_WORK_BATCH` (1): work messages one worker's standing pull request may hold
-  (how much of a burst it takes before its loop comes round again)
+- `HOLDLINE_WORK_BATCH` (1): messages one worker's standing pull request on each of its two
+  consumers (operation events it runs, work commands) may hold (how much of a burst it
+  takes before its loop comes round again)
 - `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): the system of record of the demo tools
 - `HOLDLINE_SANDBOX_CALLBACK_TWICE` (0): ask the sandbox to send every callback twice
 - `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`)

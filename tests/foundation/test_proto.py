@@ -238,7 +238,7 @@ def test_asyncapi_document_validates_against_the_official_schema(asyncapi: Any) 
     "mutate",
     [
         # AsyncAPI 2.x vocabulary and an OpenAPI-style discriminator are not 3.0.0.
-        lambda d: d["operations"]["operation-worker.send.work"].update(action="publish"),
+        lambda d: d["operations"]["holdline-operator.send.work"].update(action="publish"),
         lambda d: d["channels"]["work"].update(subscribe={}),
         lambda d: d["components"]["schemas"]["OperationCommitted"].update(
             discriminator={"propertyName": "type"}
@@ -300,8 +300,10 @@ def test_services_roles(asyncapi: Any) -> None:
         "operations",
         "batches",
     }
-    assert channels("operation-worker", "send") == {"operations", "work", "dlq"}
+    # The worker runs operations from their events: only an operator writes work commands.
+    assert channels("operation-worker", "send") == {"operations", "dlq"}
     assert channels("operation-worker", "receive") == {"work", "operations"}
+    assert channels("holdline-operator", "send") == {"work"}
     assert channels("batch-coordinator", "receive") == {"operations"}
     assert channels("batch-coordinator", "send") == {"batches", "deliveries"}
     assert channels("delivery-policy", "receive") == {"deliveries", "interaction", "control"}

@@ -1,5 +1,6 @@
 """The worker's work batch (`HOLDLINE_WORK_BATCH`): refused when it is no count, and what a
-running worker's standing pull request on the work consumer asks the broker for."""
+running worker's standing pull requests on its two consumers (operation events it runs, work
+commands) ask the broker for."""
 
 from __future__ import annotations
 
@@ -59,7 +60,7 @@ def test_the_worker_does_not_start_with_a_zero_work_batch() -> None:
     assert done.stderr.strip().endswith("HOLDLINE_WORK_BATCH must be 1 or more, got 0")
 
 
-async def test_the_work_batch_reaches_the_work_consumers_pull_request(
+async def test_the_work_batch_reaches_both_consumers_pull_requests(
     make_stack: StackFactory,
 ) -> None:
     # One worker on the default, one told 3: each standing request names its batch to the
@@ -74,7 +75,7 @@ async def test_the_work_batch_reaches_the_work_consumers_pull_request(
     def watch(role: str) -> Callable[[Msg], Awaitable[None]]:
         async def seen(msg: Msg) -> None:
             asked[role].add(int(json.loads(msg.data)["batch"]))
-            if asked["work"] >= {3, DEFAULT_WORK_BATCH} and asked["dispatch"]:
+            if asked["work"] >= {3, DEFAULT_WORK_BATCH} <= asked["dispatch"]:
                 both.set()
 
         return seen
@@ -89,5 +90,5 @@ async def test_the_work_batch_reaches_the_work_consumers_pull_request(
     with contextlib.suppress(TimeoutError):
         await asyncio.wait_for(both.wait(), timeout=10.0)
     assert asked["work"] == {3, DEFAULT_WORK_BATCH}
-    # Only the work consumer's batch is the setting: dispatch keeps the consumer default.
-    assert asked["dispatch"] == {64}
+    # The operations consumer runs the work itself, so it takes the work batch too.
+    assert asked["dispatch"] == {3, DEFAULT_WORK_BATCH}
