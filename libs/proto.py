@@ -34,7 +34,9 @@ from libs.events import (
     BatchEvent,
     BatchOpened,
     ControlEvent,
+    DeliveryDecided,
     DeliveryEvent,
+    DeliveryRequeued,
     Envelope,
     InteractionEvent,
     OperationAdmitted,
@@ -75,8 +77,9 @@ _PARAMETERS: Final[Mapping[str, str]] = {
     "session_id": "Session id; every subject carries it so one session can be replayed.",
     "operation_id": "Operation id; one subject per operation aggregate.",
     "kind": (
-        "The event's kind: its type after `operation.`. One operation's events are read"
-        " together with `*` in its place; consumers filter on it."
+        "The event's kind: its type after the context's name (`operation.`, `batch.`,"
+        " `delivery.`). One aggregate's events are read together with `*` in its place;"
+        " consumers filter on it."
     ),
     "batch_id": "Batch id; one subject per batch aggregate.",
     "delivery_id": "Delivery id; one subject per delivery aggregate.",
@@ -208,8 +211,12 @@ def _addresses(topology: Topology) -> dict[Context, str]:
         Context.OPERATIONS: _address(
             topology.operation_event_subject, "session_id", "operation_id", "kind"
         ),
-        Context.BATCHES: _address(topology.batch_subject, "session_id", "batch_id"),
-        Context.DELIVERIES: _address(topology.delivery_subject, "session_id", "delivery_id"),
+        Context.BATCHES: _address(
+            topology.batch_event_subject, "session_id", "batch_id", "kind"
+        ),
+        Context.DELIVERIES: _address(
+            topology.delivery_event_subject, "session_id", "delivery_id", "kind"
+        ),
         Context.WORK: _address(topology.work_subject, "session_id", "operation_id"),
         Context.DLQ: _dlq_address(topology),
     }
@@ -310,10 +317,19 @@ ROLES: Final[tuple[_Role, ...]] = (
         "Creates deliveries for settled operations and drained batches.",
     ),
     _Role(
+        "batch-coordinator",
+        "receive",
+        Context.BATCHES,
+        "Takes each opened batch; its own settlements and drains it folds as it appends them.",
+        only=(BatchOpened,),
+    ),
+    _Role(
         "delivery-policy",
         "receive",
         Context.DELIVERIES,
-        "Reads pending deliveries to decide when and how to say them.",
+        "Reads pending deliveries to decide when and how to say them; its own decisions and"
+        " requeues it folds as it appends them.",
+        exclude=(DeliveryDecided, DeliveryRequeued),
     ),
     _Role(
         "delivery-policy",

@@ -34,8 +34,8 @@ class EventStore(Protocol):
         """Store one event. A repeated message id (default: the event id) is absorbed and
         answers `duplicate=True`; `expected_last_subject_seq` (0: the subject is empty) that
         no longer holds raises `ConcurrencyConflict`. A subject ending in `.*` (an
-        operation's) stores the event on its kind's subject and checks the expectation over
-        the wildcard (`store.placement`)."""
+        operation's, a batch's, a delivery's) stores the event on its kind's subject and
+        checks the expectation over the wildcard (`store.placement`)."""
         ...
 
     async def read_subject(

@@ -144,7 +144,8 @@ async def read_subject(
     leader's last sequence of the subject is asked first (one more round trip) and a shorter
     answer is completed from the leader; `StaleReplica` (a "broker unavailable" error that
     handlers retry) only if even that fails. The check takes one aggregate's `*` wildcard
-    (an operation's kinds: the leader answers the last of them); a `>` replay is read as is.
+    (an operation's, a batch's or a delivery's kinds: the leader answers the last of
+    them); a `>` replay is read as is.
     """
     if not consistent or ">" in subject:
         return await _read_subject(

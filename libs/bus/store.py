@@ -4,8 +4,8 @@ Three guards against duplicates, each for its own horizon:
 - `Nats-Msg-Id`: the broker drops a repeated publish inside the duplicate window.
 - `Nats-Expected-Last-Subject-Sequence`: an append to an aggregate's subject only succeeds
   if nobody appended since the state it was decided from was loaded. An aggregate addressed
-  by a wildcard over its event kinds (an operation, `Topology.operation_subject`) is appended
-  to on the event's kind and checked over the wildcard
+  by a wildcard over its event kinds (an operation, a batch, a delivery: `Topology._aggregate`)
+  is appended to on the event's kind and checked over the wildcard
   (`Nats-Expected-Last-Subject-Sequence-Subject`, NATS 2.11+): see `placement`.
 - create-once KV keys: a claim (an intent, a final delivery) stays taken forever, so a
   repeat beyond the duplicate window or across restarts still finds the first claim.

@@ -97,20 +97,43 @@ class Topology:
         """Control events of one session."""
         return f"{self.prefix}.control.{token(session_id)}.control"
 
-    def operation_subject(self, session_id: str, operation_id: str) -> str:
-        """Every event of one operation: the aggregate's address, a wildcard over its kinds.
+    # An aggregate addressed by kind: every event of one aggregate lies on
+    # `<prefix>.<context>.<session>.<id>.<kind>`, so a consumer can ask the broker for only
+    # the kinds it acts on. The aggregate's address is the wildcard over its kinds: loads,
+    # reads and last-sequence requests take it, and an append to it is placed on the event's
+    # kind by the event store, which checks the expected last sequence over the wildcard
+    # (`Nats-Expected-Last-Subject-Sequence-Subject`, `store.placement`), so the aggregate
+    # stays one optimistic-concurrency unit. Operations, batches and deliveries are addressed
+    # this way.
+    def _aggregate(self, context: Context, session_id: str, aggregate_id: str) -> str:
+        return f"{self.prefix}.{context.value}.{token(session_id)}.{token(aggregate_id)}.*"
 
-        Each event lies on `<...>.<operation_id>.<kind>` (`operation_event_subject`) so a
-        consumer can ask the broker for only the kinds it acts on. Loads, reads and
-        last-sequence requests take this wildcard; an append to it is placed on the event's
-        kind by the event store, which checks the expected last sequence over the wildcard
-        (`Nats-Expected-Last-Subject-Sequence-Subject`), so the operation stays one aggregate.
-        """
-        return f"{self.prefix}.operations.{token(session_id)}.{token(operation_id)}.*"
+    def _aggregate_event(
+        self, context: Context, session_id: str, aggregate_id: str, kind: str
+    ) -> str:
+        return (
+            f"{self.prefix}.{context.value}.{token(session_id)}.{token(aggregate_id)}"
+            f".{token(kind)}"
+        )
+
+    def kinds_filter(
+        self, context: Context, events: Iterable[type[msgspec.Struct]]
+    ) -> tuple[str, ...]:
+        """Consumer filters selecting only the given kinds of event, of every aggregate of
+        a context addressed by kind (operations, batches, deliveries)."""
+        if context not in KIND_ADDRESSED:
+            raise ValueError(f"{context.value} events are not addressed by kind")
+        tags = sorted({str(e.__struct_config__.tag) for e in events})
+        return tuple(f"{self.prefix}.{context.value}.*.*.{event_kind(tag)}" for tag in tags)
+
+    def operation_subject(self, session_id: str, operation_id: str) -> str:
+        """Every event of one operation: the aggregate's address, a wildcard over its kinds
+        (each event lies on `operation_event_subject`)."""
+        return self._aggregate(Context.OPERATIONS, session_id, operation_id)
 
     def operation_event_subject(self, session_id: str, operation_id: str, kind: str) -> str:
         """Where one kind of event of one operation is stored (kind: `event_kind(tag)`)."""
-        return f"{self.prefix}.operations.{token(session_id)}.{token(operation_id)}.{token(kind)}"
+        return self._aggregate_event(Context.OPERATIONS, session_id, operation_id, kind)
 
     def operation_anywhere(self, operation_id: str) -> str:
         """Every event of an operation known only by id, whichever session holds it."""
@@ -118,16 +141,25 @@ class Topology:
 
     def operation_kinds_filter(self, events: Iterable[type[msgspec.Struct]]) -> tuple[str, ...]:
         """Consumer filters selecting only the given kinds of event, of every operation."""
-        tags = sorted({str(e.__struct_config__.tag) for e in events})
-        return tuple(f"{self.prefix}.operations.*.*.{event_kind(tag)}" for tag in tags)
+        return self.kinds_filter(Context.OPERATIONS, events)
 
     def batch_subject(self, session_id: str, batch_id: str) -> str:
-        """Events of one batch."""
-        return f"{self.prefix}.batches.{token(session_id)}.{token(batch_id)}"
+        """Every event of one batch: the aggregate's address, a wildcard over its kinds
+        (each event lies on `batch_event_subject`)."""
+        return self._aggregate(Context.BATCHES, session_id, batch_id)
+
+    def batch_event_subject(self, session_id: str, batch_id: str, kind: str) -> str:
+        """Where one kind of event of one batch is stored (kind: `event_kind(tag)`)."""
+        return self._aggregate_event(Context.BATCHES, session_id, batch_id, kind)
 
     def delivery_subject(self, session_id: str, delivery_id: str) -> str:
-        """Events of one delivery."""
-        return f"{self.prefix}.deliveries.{token(session_id)}.{token(delivery_id)}"
+        """Every event of one delivery: the aggregate's address, a wildcard over its kinds
+        (each event lies on `delivery_event_subject`)."""
+        return self._aggregate(Context.DELIVERIES, session_id, delivery_id)
+
+    def delivery_event_subject(self, session_id: str, delivery_id: str, kind: str) -> str:
+        """Where one kind of event of one delivery is stored (kind: `event_kind(tag)`)."""
+        return self._aggregate_event(Context.DELIVERIES, session_id, delivery_id, kind)
 
     def work_subject(self, session_id: str, operation_id: str) -> str:
         """Work commands for one operation."""
@@ -227,12 +259,17 @@ class Partition:
             ) from exc
 
 
+# The contexts whose aggregates are addressed by kind (`Topology._aggregate`).
+KIND_ADDRESSED: frozenset[Context] = frozenset(
+    {Context.OPERATIONS, Context.BATCHES, Context.DELIVERIES}
+)
+
 _DESCRIPTIONS: dict[Context, str] = {
     Context.INTERACTION: "Conversation and channel events, one subject per session.",
     Context.CONTROL: "Barge-in and cancellation events, kept off the ordinary path.",
     Context.OPERATIONS: "Operation lifecycle events, one subject per operation and event kind.",
-    Context.BATCHES: "Batch membership and drain events, one subject per batch.",
-    Context.DELIVERIES: "Delivery lifecycle events, one subject per delivery.",
+    Context.BATCHES: "Batch membership and drain events, one subject per batch and event kind.",
+    Context.DELIVERIES: "Delivery lifecycle events, one subject per delivery and event kind.",
     Context.WORK: "Work commands for operation-workers; removed once acknowledged.",
     Context.DLQ: "Poison messages with the reason they were dead-lettered.",
 }

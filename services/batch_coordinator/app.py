@@ -46,7 +46,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 Context.OPERATIONS, OPERATIONS, coordinator.on_operation, partition=part,
                 filter_subjects=lambda topology: topology.operation_kinds_filter(COORDINATED),
             ),
-            consumes(Context.BATCHES, BATCHES, coordinator.on_batch, partition=part),
+            consumes(
+                Context.BATCHES, BATCHES, coordinator.on_batch, partition=part,
+                filter_subjects=lambda topology: topology.kinds_filter(
+                    Context.BATCHES, Coordinator.CONSUMED_BATCH_EVENTS
+                ),
+            ),
         ),
     )
     # Raises DeclarationError (the service does not start) on a bad tool declaration.

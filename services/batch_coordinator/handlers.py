@@ -1,15 +1,16 @@
 """The coordinator's shell: fold events, decide with the pure batch decider, append.
 
-The batch subject is the aggregate. Each step is appended with
-Nats-Expected-Last-Subject-Sequence, and the steps are ordered so that any crash leaves a
-state that says what is left to do:
+The batch subject (a wildcard over the batch's event kinds) is the aggregate. Each step is
+appended with Nats-Expected-Last-Subject-Sequence, checked over every kind, and the steps
+are ordered so that any crash leaves a state that says what is left to do:
 
     batch.member_settled (per member)  ->  claim `batch:{id}:final`  ->  delivery.ready
     (on the delivery subject, expected sequence 0)  ->  batch.drained
 
 The delivery id is derived from the batch id, so a restart between the claim and the
 append re-appends the very same `delivery.ready`, and the delivery subject's expected
-sequence 0 makes a second one impossible even beyond the duplicate window.
+sequence 0 (over all of the delivery's kinds) makes a second one impossible even beyond the
+duplicate window.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import asyncio
 import logging
 from collections.abc import Sequence
 from datetime import datetime
+from typing import ClassVar
 
 from libs.bus import (
     ClaimConflict,
@@ -80,6 +82,12 @@ _MAX_CONFLICTS = 8
 
 class Coordinator:
     """Batch projections plus the handlers that close each batch exactly once."""
+
+    # The batch events its consumer asks the broker for. `batch.member_settled` and
+    # `batch.drained` are its own: `_append_batch` folds each one as it is appended, and a
+    # writer it did not hear from (another copy of this partition during a handoff) makes
+    # its next append conflict, which reloads the whole batch through its wildcard subject.
+    CONSUMED_BATCH_EVENTS: ClassVar[tuple[type[BatchEvent], ...]] = (BatchOpened,)
 
     def __init__(
         self,
@@ -157,7 +165,7 @@ class Coordinator:
         await self.advance(env.session_id, batch_id, cause=env.event_id)
 
     async def on_batch(self, received: Received[BatchEvent]) -> None:
-        """A batch event: fold it; a newly opened batch may already have settled members."""
+        """A batch opened (the only kind asked for): fold it; its members may have settled."""
         await self.hydrated.wait()
         env = received.envelope
         self.batches.apply(env, received.stream_seq)

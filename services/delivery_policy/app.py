@@ -13,6 +13,7 @@ from libs.domain.channel import FACT_EVENTS
 from libs.events import DELIVERIES, INTERACTION, OPERATIONS
 from libs.service import Runtime, consumes, create_service_app
 
+from .domain import CONSUMED_DELIVERY_EVENTS
 from .handlers import Gate
 from .settings import SERVICE, Settings
 
@@ -47,7 +48,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                 Context.OPERATIONS, OPERATIONS, gate.on_operation, partition=part,
                 filter_subjects=lambda topology: topology.operation_kinds_filter(FACT_EVENTS),
             ),
-            consumes(Context.DELIVERIES, DELIVERIES, gate.on_delivery, partition=part),
+            consumes(
+                Context.DELIVERIES, DELIVERIES, gate.on_delivery, partition=part,
+                filter_subjects=lambda topology: topology.kinds_filter(
+                    Context.DELIVERIES, CONSUMED_DELIVERY_EVENTS
+                ),
+            ),
         ),
     )
     gate = Gate(runtime, settings)

@@ -6,6 +6,7 @@ durable consumers may overlap freely.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Iterator
 from datetime import UTC, datetime
 
@@ -20,14 +21,30 @@ from libs.domain.channel import (
 )
 from libs.domain.delivery import DeliveryState
 from libs.events import (
+    DeliveryDecided,
     DeliveryEvent,
     DeliveryReady,
+    DeliveryRequeued,
     Envelope,
     InteractionEvent,
     OperationEvent,
 )
 
 _EPOCH = datetime.min.replace(tzinfo=UTC)
+
+# The delivery events the policy's consumer asks the broker for: every kind but two.
+# `delivery.requeued` is only ever the policy's own, and so is `delivery.decided` but for
+# one case: `Gate._append` folds each event it appends, so hearing it again changes nothing.
+# The surface also appends `delivery.decided` when a turn refuses a stale update
+# (`refusal_events`), and then always its `delivery.superseded` or `delivery.suppressed`,
+# which the consumer does deliver: the decision it carries moves no status (suppress and
+# supersede leave the delivery where it was), so until that closing event arrives the
+# policy's fold differs only in the recorded decision and reason, and any decision the
+# policy appends meanwhile was made on an older sequence and conflicts, which reloads the
+# delivery whole through its wildcard subject.
+CONSUMED_DELIVERY_EVENTS: tuple[type[DeliveryEvent], ...] = tuple(
+    t for t in typing.get_args(DeliveryEvent) if t not in (DeliveryDecided, DeliveryRequeued)
+)
 
 
 class GateProjections:

@@ -266,6 +266,14 @@ def test_asyncapi_document_shape(asyncapi: Any) -> None:
     assert "committed" in kinds
     assert len(kinds) == len(set(kinds)) == len(operations["messages"])
     assert operations["x-stream"] == "HL_OPERATIONS"
+    # Batches and deliveries are addressed by kind the same way.
+    for name, aggregate, kind in (("batches", "batch_id", "drained"),
+                                  ("deliveries", "delivery_id", "decided")):
+        channel = asyncapi["channels"][name]
+        assert channel["address"] == f"hl.{name}.{{session_id}}.{{{aggregate}}}.{{kind}}"
+        kinds = channel["parameters"]["kind"]["enum"]
+        assert kind in kinds
+        assert len(kinds) == len(set(kinds)) == len(channel["messages"])
     assert asyncapi["channels"]["dlq"]["address"] == "hl.dlq.{source}.{session_id}"
     for channel in asyncapi["channels"].values():
         placeholders = {
@@ -304,12 +312,15 @@ def test_services_roles(asyncapi: Any) -> None:
     assert channels("operation-worker", "send") == {"operations", "dlq"}
     assert channels("operation-worker", "receive") == {"work", "operations"}
     assert channels("holdline-operator", "send") == {"work"}
-    assert channels("batch-coordinator", "receive") == {"operations"}
+    assert channels("batch-coordinator", "receive") == {"operations", "batches"}
     assert channels("batch-coordinator", "send") == {"batches", "deliveries"}
     assert channels("delivery-policy", "receive") == {"deliveries", "interaction", "control"}
     assert channels("delivery-policy", "send") == {"deliveries"}
     opened = asyncapi["operations"]["interaction-surface.send.batches"]["messages"]
     assert opened == [{"$ref": "#/channels/batches/messages/BatchOpened"}]
+    # The coordinator's batches consumer asks the broker for `batch.opened` only.
+    taken = asyncapi["operations"]["batch-coordinator.receive.batches"]["messages"]
+    assert taken == [{"$ref": "#/channels/batches/messages/BatchOpened"}]
 
 
 @pytest.mark.parametrize(("name", "sample"), SAMPLES, ids=[name for name, _ in SAMPLES])

@@ -23,10 +23,20 @@ from libs.bus import (
     connect,
     ensure_buckets,
     ensure_streams,
+    load_from,
 )
 from libs.config import BusSettings
+from libs.domain import batch as batch_domain
 from libs.events import (
+    BATCHES,
+    DELIVERIES,
     OPERATIONS,
+    BatchDrained,
+    BatchEvent,
+    BatchMemberSettled,
+    BatchOpened,
+    DeliveryDecided,
+    DeliveryReady,
     OperationAdmitted,
     OperationCommitted,
     OperationEvent,
@@ -226,3 +236,115 @@ async def test_claim_once(store: EventStore) -> None:
     assert await store.read_claim("intents", "ik-unknown") is None
     # Buckets are separate key spaces.
     assert (await store.claim_once("deliveries", "ik-1", b"other")).created
+
+
+_DRAINED = BatchDrained(final_delivery_id="d1", committed=2, failed=0)
+
+
+def _batch_event(event: BatchEvent, event_id: str) -> Any:
+    return envelope(event, session_id="s1", batch_id="b_kinds", event_id=event_id)
+
+
+async def test_a_batch_is_one_aggregate_over_its_kinds_and_loads_whole(
+    store: EventStore, topology: Topology
+) -> None:
+    """A batch's events lie on their kinds' subjects (so a consumer can take `opened` only);
+    its wildcard loads it whole, and two writers deciding from one load still conflict."""
+    stream = topology.stream_name(Context.BATCHES)
+    batch = topology.batch_subject("s1", "b_kinds")
+    opened = await store.append(
+        BATCHES, batch, _batch_event(BatchOpened(operation_ids=("o1", "o2")), "ev_b_open"),
+        expected_last_subject_seq=0,
+    )
+    settled = await store.append(
+        BATCHES, batch,
+        _batch_event(BatchMemberSettled(member_operation_id="o1", status="committed"), "ev_b_s1"),
+        expected_last_subject_seq=opened.seq,
+    )
+    # A second writer settling the other member from the load before the first settlement.
+    with pytest.raises(ConcurrencyConflict) as caught:
+        await store.append(
+            BATCHES, batch,
+            _batch_event(BatchMemberSettled(member_operation_id="o2", status="committed"),
+                         "ev_b_s2"),
+            expected_last_subject_seq=opened.seq,
+        )
+    assert caught.value.subject == batch
+    # Nor a drain (another kind) from that stale load.
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(
+            BATCHES, batch, _batch_event(_DRAINED, "ev_b_drain"),
+            expected_last_subject_seq=opened.seq,
+        )
+    second = await store.append(
+        BATCHES, batch,
+        _batch_event(BatchMemberSettled(member_operation_id="o2", status="committed"), "ev_b_s2"),
+        expected_last_subject_seq=settled.seq,
+    )
+    drained = await store.append(
+        BATCHES, batch, _batch_event(_DRAINED, "ev_b_drain"),
+        expected_last_subject_seq=second.seq,
+    )
+    loaded = await load_from(store, stream, batch, BATCHES, batch_domain.evolve)
+    assert loaded.state is not None
+    assert loaded.state.members == ("o1", "o2")
+    assert dict(loaded.state.settled) == {"o1": "committed", "o2": "committed"}
+    assert loaded.state.closed
+    assert loaded.last_seq == await store.last_seq(stream, batch) == drained.seq
+    read = await store.read_subject(stream, batch, BATCHES)
+    assert [i.subject for i in read.items] == [
+        topology.batch_event_subject("s1", "b_kinds", kind)
+        for kind in ("opened", "member_settled", "member_settled", "drained")
+    ]
+
+
+def _ready(delivery_id: str, event_id: str) -> Any:
+    return envelope(
+        DeliveryReady(kind="final", text="Done.", short_text="Done", source_operation_ids=("o",)),
+        session_id="s1", batch_id="b1", delivery_id=delivery_id, event_id=event_id,
+    )
+
+
+async def test_a_second_delivery_ready_is_refused_over_every_kind_of_the_delivery(
+    store: EventStore, topology: Topology
+) -> None:
+    """`delivery.ready` with expected sequence 0 is what makes a second closing impossible
+    beyond the duplicate window: the check spans all of the delivery's kinds."""
+    stream = topology.stream_name(Context.DELIVERIES)
+    delivery = topology.delivery_subject("s1", "d_kinds")
+    ready = await store.append(
+        DELIVERIES, delivery, _ready("d_kinds", "d_kinds-ready"), expected_last_subject_seq=0
+    )
+    # The same closing again (a restart past the window): refused, not a duplicate.
+    with pytest.raises(ConcurrencyConflict) as caught:
+        await store.append(
+            DELIVERIES, delivery, _ready("d_kinds", "d_kinds-ready"), expected_last_subject_seq=0
+        )
+    assert caught.value.subject == delivery
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(
+            DELIVERIES, delivery, _ready("d_kinds", "d_kinds-ready-2"),
+            expected_last_subject_seq=0,
+        )
+    decided_env = envelope(
+        DeliveryDecided(decision="deliver_now", reason="channel_idle", mode="proactive"),
+        session_id="s1", delivery_id="d_kinds", event_id="d_kinds-decided",
+    )
+    # Another kind on an "empty" delivery: the delivery is not empty.
+    with pytest.raises(ConcurrencyConflict):
+        await store.append(DELIVERIES, delivery, decided_env, expected_last_subject_seq=0)
+    decided = await store.append(
+        DELIVERIES, delivery, decided_env, expected_last_subject_seq=ready.seq
+    )
+    # Another delivery is its own aggregate.
+    other = topology.delivery_subject("s1", "d_kinds_other")
+    assert not (
+        await store.append(DELIVERIES, other, _ready("d_kinds_other", "dko-ready"),
+                           expected_last_subject_seq=0)
+    ).duplicate
+    read = await store.read_subject(stream, delivery, DELIVERIES)
+    assert [(i.stream_seq, i.subject) for i in read.items] == [
+        (ready.seq, topology.delivery_event_subject("s1", "d_kinds", "ready")),
+        (decided.seq, topology.delivery_event_subject("s1", "d_kinds", "decided")),
+    ]
+    assert await store.last_seq(stream, delivery) == decided.seq

@@ -27,8 +27,8 @@ SUBJECTS: dict[Context, Callable[[Topology, str], str]] = {
     Context.INTERACTION: lambda t, s: t.session_subject(s),
     # A kind every durable of the stream asks for (each filters by kind).
     Context.OPERATIONS: lambda t, s: t.operation_event_subject(s, "op1", "admitted"),
-    Context.BATCHES: lambda t, s: t.batch_subject(s, "b1"),
-    Context.DELIVERIES: lambda t, s: t.delivery_subject(s, "d1"),
+    Context.BATCHES: lambda t, s: t.batch_event_subject(s, "b1", "opened"),
+    Context.DELIVERIES: lambda t, s: t.delivery_event_subject(s, "d1", "ready"),
     Context.WORK: lambda t, s: t.work_subject(s, "op1"),
 }
 # The control stream has no durable consumer (only the surface's live view reads it).

@@ -280,8 +280,9 @@ async def _assert_delivery_events_carry(
 
 def _delivery_handled(found: list[ReceivedSpan], delivery_id: str) -> bool:
     """Whether the surface's span handling this delivery is among the spans."""
+    # `<prefix>.deliveries.<session>.<delivery>.<kind>`: the delivery is the fourth token.
     return any(
-        str(s.attributes.get("messaging.destination.name", "")).endswith(delivery_id)
+        str(s.attributes.get("messaging.destination.name", "")).split(".")[3:4] == [delivery_id]
         for s in _handled_by(found, "interaction-surface")
     )
 

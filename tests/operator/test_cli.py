@@ -216,7 +216,7 @@ async def test_redrive_operation_sends_work_execute_and_refuses_terminal_ones(
     assert "rejected" in refused.err
 
     event_letter = await _letter(
-        js, topology, Context.BATCHES, topology.batch_subject("s1", "b1"), b"{}"
+        js, topology, Context.BATCHES, topology.batch_event_subject("s1", "b1", "opened"), b"{}"
     )
     history = await run("dlq", "redrive", str(event_letter))
     assert history.code == 2
