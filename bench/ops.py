@@ -100,6 +100,7 @@ async def run_round(
     pace_s: float | None = None,
     tag: str = "",
     monitor: int | None = None,
+    others: dict[str, int] | None = None,
 ) -> dict[str, Any]:
     """One measured round (fresh resources, so no intent repeats an earlier round's)."""
     topology = Topology(settings.prefix)
@@ -117,7 +118,11 @@ async def run_round(
     # the view still replays earlier rounds' events would time that replay, not admission.
     await asyncio.wait_for(view.caught_up.wait(), timeout=120)
     admission = Admission(
-        js, topology, default_registry(), view, await js.key_value(topology.bucket("intents")),
+        js,
+        topology,
+        default_registry(),
+        view,
+        await js.key_value(topology.bucket("intents")),
         timings=settings.timings,
     )
     clock = Clock()
@@ -132,7 +137,14 @@ async def run_round(
     rejected: list[str] = []
     per_session = operations // sessions
     operations = per_session * sessions
-    cpu_before = sum(cpu_seconds(w.proc.pid) for w in workers if w.proc)
+    # Every process on the two cores: the workers, the broker, the provider, and this one
+    # (admission and the clock's subscription), so the round says what bounds its rate.
+    pids = {
+        **{f"worker {i}": w.proc.pid for i, w in enumerate(workers) if w.proc},
+        **(others or {}),
+        "bench process (admission, clock)": os.getpid(),
+    }
+    cpu_before = {name: cpu_seconds(pid) for name, pid in pids.items()}
     msgs_before = worker_messages(monitor)
 
     async def session(index: int) -> None:
@@ -171,7 +183,7 @@ async def run_round(
     ):
         await asyncio.sleep(0.05)
     wall = time.perf_counter() - wall
-    cpu_used = sum(cpu_seconds(w.proc.pid) for w in workers if w.proc) - cpu_before
+    cpu_used = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
     msgs_after = worker_messages(monitor)
     await sub.unsubscribe()
     await view.close()
@@ -205,7 +217,15 @@ async def run_round(
         "admitted_to_committed": percentiles_ms(
             [(clock.committed[o] - clock.admitted[o]).total_seconds() for o in ops]
         ),
-        "worker_cpu_ms_per_operation": round(cpu_used * 1000 / max(len(ops), 1), 3),
+        "worker_cpu_ms_per_operation": round(
+            sum(v for k, v in cpu_used.items() if k.startswith("worker")) * 1000 / max(len(ops), 1),
+            3,
+        ),
+        "cpu_ms_per_operation": {
+            name: round(used * 1000 / max(len(ops), 1), 3) for name, used in cpu_used.items()
+        },
+        # Share of the machine's cores the round kept busy (all measured processes).
+        "cores_busy": round(sum(cpu_used.values()) / max(wall, 1e-9), 2),
         # How evenly the workers shared the round (operations each started first), largest first.
         "started_per_worker": sorted(
             Counter(clock.started_by[o] for o in ops if o in clock.started_by).values(),
@@ -259,6 +279,11 @@ async def bench(operations: int, sessions: int, workers_n: int) -> dict[str, Any
         for worker in workers:
             worker.start()
         raw = await raw_publish_rate(settings, 5000)
+        others = {
+            name: proc.pid
+            for name, proc in (("nats-server", broker.proc), ("sandbox provider", provider.proc))
+            if proc is not None
+        }
         rounds = []
         for latency in (0, 50):
             round_settings = BusSettings(nats_url=broker.url, prefix=prefix)
@@ -271,6 +296,7 @@ async def bench(operations: int, sessions: int, workers_n: int) -> dict[str, Any
                     sessions=sessions,
                     latency_ms=latency,
                     monitor=monitor,
+                    others=others,
                 )
             )
         # Admission latency as live sessions see it: each takes a turn every two seconds.
@@ -284,6 +310,7 @@ async def bench(operations: int, sessions: int, workers_n: int) -> dict[str, Any
             pace_s=2.0,
             tag="paced",
             monitor=monitor,
+            others=others,
         )
         ratio = round(raw["pipelined_per_s"] / max(rounds[0]["committed_per_s"], 1e-9), 1)
         return {
