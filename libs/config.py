@@ -14,6 +14,13 @@ from typing import TypeVar
 
 N = TypeVar("N", int, float)
 
+# Lowering priority needs no privilege; raising it (a negative increment) would.
+MAX_NICE = 19
+# What the background services (worker, coordinator, policy) add to their nice value by
+# default: measured, it cuts the acceptance tail at 50 paced sessions on 2 cores (see
+# docs/performance.md, "The turn path first").
+BACKGROUND_NICE = 10
+
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")
 
 
@@ -248,16 +255,25 @@ class ServeSettings:
     log_level: str = "INFO"
     graceful_shutdown_s: float = 10.0
     heap: HeapSettings = field(default_factory=HeapSettings)
+    # Added to the process's nice value at start (0-19). Background services default to 10
+    # so that on a shared machine the turn path (surface, broker) gets the CPU first.
+    nice: int = 0
 
     @classmethod
-    def from_env(cls, service_env: str, default_port: int, bus: BusSettings) -> ServeSettings:
-        """`<SERVICE>_HOST`/`_PORT` and `HOLDLINE_LOG_LEVEL`; the shutdown budget is the one
-        the bus settings read (`HOLDLINE_GRACEFUL_SHUTDOWN_S`), so both drain alike."""
+    def from_env(
+        cls, service_env: str, default_port: int, bus: BusSettings, *, default_nice: int = 0
+    ) -> ServeSettings:
+        """`<SERVICE>_HOST`/`_PORT`/`_NICE` and `HOLDLINE_LOG_LEVEL`; the shutdown budget is
+        the one the bus settings read (`HOLDLINE_GRACEFUL_SHUTDOWN_S`), so both drain alike."""
+        nice = env_int(f"{service_env}_NICE", default_nice)
+        if not 0 <= nice <= MAX_NICE:
+            raise ValueError(f"{service_env}_NICE must be between 0 and {MAX_NICE}, got {nice}")
         return cls(
             http=HttpSettings.from_env(service_env, default_port),
             log_level=env_str("HOLDLINE_LOG_LEVEL", "INFO"),
             graceful_shutdown_s=bus.graceful_shutdown_s,
             heap=HeapSettings.from_env(),
+            nice=nice,
         )
 
 

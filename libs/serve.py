@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 from collections.abc import Callable
@@ -56,6 +57,8 @@ def serve(
             sys.stderr.flush()
             raise SystemExit(EXIT_CONFIG) from None
     settle(settings.heap)
+    if settings.nice:
+        os.nice(settings.nice)
     http = settings.http
     signal.signal(signal.SIGTERM, _exit_cleanly)
     uvicorn.run(

@@ -7,6 +7,8 @@ the adapters' `OPENAI_*` and `HOLDLINE_MODEL_*` settings (`ModelSettings`).
 name in `HOSTNAME`; 0 when N is 1): this process handles only the sessions of partition k of N.
 `BATCH_COORDINATOR_HOST` / `BATCH_COORDINATOR_PORT` (127.0.0.1:8092), `HOLDLINE_LOG_LEVEL`
 (INFO): where and how `libs.serve` runs it (`ServeSettings`).
+`BATCH_COORDINATOR_NICE` (default 10): added to the process's nice value, so the turn path
+runs first on a shared machine.
 `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`).
 Broker settings come from `BusSettings.from_env()`.
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 
 from libs.bus.topology import Partition
 from libs.config import (
+    BACKGROUND_NICE,
     BusSettings,
     HttpSettings,
     ModelSettings,
@@ -53,5 +56,7 @@ class Settings:
             model=ModelSettings.from_env(default_name="mock"),
             partition=Partition.from_env(),
             tools=ToolSettings.from_env(),
-            serve=ServeSettings.from_env(ENV_PREFIX, DEFAULT_PORT, bus),
+            serve=ServeSettings.from_env(
+                ENV_PREFIX, DEFAULT_PORT, bus, default_nice=BACKGROUND_NICE
+            ),
         )

@@ -13,6 +13,8 @@ window before it falls back to next-turn resync.
 name in `HOSTNAME`; 0 when N is 1): this process handles only the sessions of partition k of N.
 `DELIVERY_POLICY_HOST` / `DELIVERY_POLICY_PORT` (127.0.0.1:8093), `HOLDLINE_LOG_LEVEL` (INFO):
 where and how `libs.serve` runs it (`ServeSettings`).
+`DELIVERY_POLICY_NICE` (default 10): added to the process's nice value, so the turn path runs
+first on a shared machine.
 Broker settings come from `BusSettings.from_env()`.
 """
 
@@ -21,7 +23,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from libs.bus.topology import Partition
-from libs.config import BusSettings, HttpSettings, ServeSettings, env_int, env_str
+from libs.config import (
+    BACKGROUND_NICE,
+    BusSettings,
+    HttpSettings,
+    ServeSettings,
+    env_int,
+    env_str,
+)
 from libs.domain.channel import GatePolicy, parse_quiet_rules
 
 SERVICE = "delivery-policy"
@@ -55,5 +64,7 @@ class Settings:
                 language=env_str("HOLDLINE_LANGUAGE", defaults.language),
             ),
             partition=Partition.from_env(),
-            serve=ServeSettings.from_env(ENV_PREFIX, DEFAULT_PORT, bus),
+            serve=ServeSettings.from_env(
+                ENV_PREFIX, DEFAULT_PORT, bus, default_nice=BACKGROUND_NICE
+            ),
         )

@@ -2,6 +2,7 @@
 
 - `OPERATION_WORKER_HOST` / `OPERATION_WORKER_PORT` (127.0.0.1:8091): HTTP (probes, callbacks)
   and `HOLDLINE_LOG_LEVEL` (INFO): how `libs.serve` runs it (`ServeSettings`)
+- `OPERATION_WORKER_NICE` (10): added to the process's nice value, so the turn path runs first
 - `HOLDLINE_WORKER_ID`: this worker's name in events (default: host-pid)
 - `HOLDLINE_CALLBACK_SECRET`: HMAC key of sandbox callbacks (handed to its executor)
 - `HOLDLINE_LEASE_TTL_S` (2): how long a silent (dead) worker keeps an operation
@@ -27,7 +28,15 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from libs.config import BusSettings, ServeSettings, ToolSettings, env_float, env_int, env_str
+from libs.config import (
+    BACKGROUND_NICE,
+    BusSettings,
+    ServeSettings,
+    ToolSettings,
+    env_float,
+    env_int,
+    env_str,
+)
 
 SERVICE = "operation-worker"
 ENV_PREFIX = "OPERATION_WORKER"
@@ -74,7 +83,9 @@ class Settings:
         bus = BusSettings.from_env()
         return cls(
             bus=bus,
-            serve=ServeSettings.from_env(ENV_PREFIX, DEFAULT_PORT, bus),
+            serve=ServeSettings.from_env(
+                ENV_PREFIX, DEFAULT_PORT, bus, default_nice=BACKGROUND_NICE
+            ),
             worker_id=env_str("HOLDLINE_WORKER_ID", f"{socket.gethostname()}-{os.getpid()}"),
             lease_ttl_s=env_float("HOLDLINE_LEASE_TTL_S", 2.0),
             lease_renew_s=env_float("HOLDLINE_LEASE_RENEW_S", 0.5),
