@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 from collections.abc import Iterator
 
@@ -22,6 +23,7 @@ from harness.surface import (
     unique,
 )
 from libs.bus import Context
+from libs.config import BACKGROUND_NICE
 
 from .checks import (
     Durable,
@@ -574,3 +576,21 @@ async def test_an_undo_makes_the_waiting_closing_stale(
     result = event_of(record, Context.OPERATIONS, "operation.committed", operation_id=comp).result
     assert result["status"] == "cancelled"
     assert await effects_of(stack, place) == {place: 1}
+
+
+def test_the_running_background_services_yield_the_cpu_and_the_surface_does_not(
+    stack: SurfaceStack,
+) -> None:
+    # Children start at the test runner's own nice value; the increment is relative to it.
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    found: dict[str, int] = {}
+    for name in ("operation_worker", "batch_coordinator", "delivery_policy", "interaction_surface"):
+        proc = stack.procs[name].proc
+        assert proc is not None
+        found[name] = os.getpriority(os.PRIO_PROCESS, proc.pid) - base
+    assert found == {
+        "operation_worker": BACKGROUND_NICE,
+        "batch_coordinator": BACKGROUND_NICE,
+        "delivery_policy": BACKGROUND_NICE,
+        "interaction_surface": 0,
+    }
