@@ -155,6 +155,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def on_stop() -> None:
         if telephony.started is not None:
             telephony.started.sweeper.cancel()
+        if surface.started is not None:
+            # Answers already returned are stored while the bus is still open.
+            await surface.started.turns.flush()
+            await surface.started.tool_calls.flush()
         await view.close()
         if surface.started is not None:
             await surface.started.http.aclose()

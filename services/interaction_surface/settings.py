@@ -8,7 +8,8 @@
 - `HOLDLINE_HANDOFF_CONTEXT` `carried|fresh` (`carried`): what the new agent's model sees
 - `HOLDLINE_MAX_BODY_BYTES` (16384), `HOLDLINE_MAX_TEXT_CHARS` (2000)
 - `HOLDLINE_MODEL_TIMEOUT_S` (8): a model slower than this is a failed turn, answered honestly
-- `HOLDLINE_TURN_TIMEOUT_S` (30): an open turn older than this was abandoned by a crash
+- `HOLDLINE_TURN_TIMEOUT_S` (30): an open turn older than this was abandoned by a crash, and
+  so was a `client_turn_id` or `tool_call_id` claim still pending after it (a repeat takes it)
 - `HOLDLINE_TURN_WAIT_S` (10): how long a turn waits for the session's previous turn
 - `HOLDLINE_DEMO` (1): serve the demo's fault-injection proxy (`/v1/demo/faults`)
 - `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): where that proxy sends faults

@@ -413,6 +413,11 @@ class ToolCalls:
         self._storing.add(task)
         task.add_done_callback(self._stored_done)
 
+    async def flush(self) -> None:
+        """Wait for the answers still being stored (at shutdown, before the bus closes)."""
+        if self._storing:
+            await asyncio.gather(*self._storing, return_exceptions=True)
+
     def _stored_done(self, task: asyncio.Task[None]) -> None:
         self._storing.discard(task)
         if not task.cancelled() and task.exception() is not None:

@@ -451,8 +451,13 @@ class Worker:
         result = await executor.execute(self._call(op.state), timeout_s=self._timeout(declaration))
         if result.outcome == "success":
             crash_point("worker.after_provider_commit")
+        before = op.state
+        op = await self._append(op, attempted(attempt, result))
+        crash_point("worker.after_attempt_recorded")
+        # Decided once the attempt is recorded, so a retry's time counts from the event that
+        # schedules it (a Retry-After is never shortened by the append's wait for a core).
         decision = after_attempt_budgeted(
-            op.state,
+            before,
             declaration,
             result,
             now=self._clock.now(),
@@ -460,8 +465,6 @@ class Worker:
             budget=self._budget,
             backoff_scale=self._settings.backoff_scale,
         )
-        op = await self._append(op, attempted(attempt, result))
-        crash_point("worker.after_attempt_recorded")
         op = await self._append(op, *decision.events)
         if op.state.status is OpStatus.FAILED_FINAL:
             await self._dead_letter(op, op.state.failure or "failed")

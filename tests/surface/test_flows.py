@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 import httpx
@@ -19,6 +20,8 @@ from harness.surface import (
     open_chat,
     unique,
 )
+from libs.bus import Topology, connect
+from libs.config import BusSettings
 from tests.support.drained import settled
 
 # Words an acceptance must never use: the work has only started.
@@ -216,6 +219,41 @@ async def test_a_retried_client_turn_id_returns_the_same_answer_and_admits_nothi
     assert sum(1 for m in snap["messages"] if m["role"] == "user") == 1
     assert len(snap["batches"]) == 1
     assert len(snap["operations"]) == 1
+
+
+async def test_a_client_turn_id_left_pending_by_a_dead_surface_is_taken_over(
+    client: httpx.AsyncClient, stack: SurfaceStack
+) -> None:
+    chat = await open_chat(client)
+    key = f"{chat.session_id}.ct-dead"
+    nc = await connect(BusSettings(nats_url=stack.nats_url, prefix=stack.prefix), name="turns")
+    try:
+        kv = await nc.jetstream().key_value(Topology(stack.prefix).bucket("turns"))
+        # A surface claimed the id an hour ago and died before storing an answer.
+        dead = {"state": "pending", "turn_id": "turn_dead", "at": time.time() - 3600}
+        await kv.create(key, json.dumps(dead).encode())
+        name = unique("miro")
+        answer = await chat.say(f"give me access to {name}", client_turn_id="ct-dead")
+        assert answer["turn_id"] != "turn_dead"
+
+        async def stored() -> dict[str, Any] | None:
+            found = json.loads((await kv.get(key)).value or b"{}")
+            return found if found.get("state") == "answered" else None
+
+        assert (await eventually(stored))["answer"] == answer
+    finally:
+        await nc.close()
+    assert await chat.say(f"give me access to {name}", client_turn_id="ct-dead") == answer
+    snap = await chat.snapshot()
+    assert sum(1 for m in snap["messages"] if m["role"] == "user") == 1
+    assert len(snap["operations"]) == 1
+
+    async def committed() -> bool:
+        ops = (await chat.snapshot())["operations"]
+        return [o["status"] for o in ops] == ["committed"]
+
+    await eventually(committed)
+    assert await effects(stack, name) == 1
 
 
 async def test_handoff_delivers_a_session_owned_result_to_the_new_agent(

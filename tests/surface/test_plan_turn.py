@@ -12,6 +12,7 @@ from libs.domain import OperationState, OpStatus
 from libs.models.interface import PendingUpdate, ProposedCall, TurnReply, TurnRequest
 from services.interaction_surface.chat import turn_plan
 from services.interaction_surface.chat.turn_plan import Admit, Cancel, Compensate, Confirm
+from services.interaction_surface.chat.turns import claim_verdict
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 ops = st.text("abcdef", min_size=1, max_size=4).map(lambda s: f"op_{s}")
@@ -136,3 +137,14 @@ def test_an_id_from_another_session_never_names_its_resource() -> None:
         lambda tool, args: f"{tool}:{args['access']}",
     )
     assert own.label == "provision_access:vpn"
+
+
+def test_a_repeated_client_turn_id_waits_for_a_live_claim_and_takes_a_dead_one() -> None:
+    answered = {"state": "answered", "answer": {"text": "ok"}}
+    assert claim_verdict(answered, 1000.0, 30.0) == "answered"
+    # Given back by a failed first request (deleted): this request runs the turn.
+    assert claim_verdict(None, 1000.0, 30.0) == "take"
+    assert claim_verdict({"state": "pending", "at": 990.0}, 1000.0, 30.0) == "wait"
+    assert claim_verdict({"state": "pending", "at": 970.0}, 1000.0, 30.0) == "take"
+    # A claim written before claims carried their time is waited for, never taken.
+    assert claim_verdict({"state": "pending"}, 1000.0, 30.0) == "wait"

@@ -1,7 +1,9 @@
 """Seed 003's `handle_user_turn`, made durable.
 
 A turn, in order:
-1. a repeated `client_turn_id` returns the stored answer (create-once key in `turns`);
+1. a repeated `client_turn_id` returns the stored answer (create-once key in `turns`, stored
+   once the answer has left: a repeat meanwhile waits on the pending claim, and a claim left
+   pending longer than a turn's timeout, by a surface that died, is taken over);
 2. the session's turn is taken through its event log: `turn.received` is appended with the
    session subject's expected last sequence, and only when no other turn is open — two
    processes can never both open a turn, and a crashed turn expires after a timeout;
@@ -94,6 +96,23 @@ class TurnInput:
 
 
 
+def claim_verdict(
+    stored: Mapping[str, Any] | None, now: float, timeout_s: float
+) -> Literal["answered", "take", "wait"]:
+    """What a repeated client turn id does with the claim it found (None: none left).
+
+    A claim pending for longer than a turn may stay open was left by a surface that died
+    before storing its answer; one without a time (written before claims had one) is waited
+    for, as then.
+    """
+    if stored is None:
+        return "take"
+    if stored.get("state") == "answered":
+        return "answered"
+    age = now - float(stored.get("at", now))
+    return "take" if age >= timeout_s else "wait"
+
+
 class Turns:
     """Handles chat turns for every session."""
 
@@ -122,6 +141,8 @@ class Turns:
         self._tools = tuple(tool_spec(t) for t in registry.tools())
         # Same-process turns of a session queue here instead of racing on the log.
         self._locks: dict[str, asyncio.Lock] = {}
+        # Answers being stored after they were returned (see `flush`).
+        self._storing: set[asyncio.Task[None]] = set()
 
     # ------------------------------------------------------------------ entry point
 
@@ -149,20 +170,27 @@ class Turns:
             if not lock.locked():
                 self._locks.pop(session_id, None)
         if key is not None:
-            with metrics.turn_phase("store_answer"):
-                await self._store_answer(key, answer)
+            # Off the caller's path: a repeat until it lands waits on the pending claim.
+            self._store_later(key, answer)
         metrics.ACCEPTANCE.observe(time.perf_counter() - started)
         return answer
+
+    async def flush(self) -> None:
+        """Wait for the answers still being stored (at shutdown, before the bus closes)."""
+        if self._storing:
+            await asyncio.gather(*self._storing, return_exceptions=True)
 
     # ------------------------------------------------------------------ idempotency
 
     async def _claim_client_turn(self, key: str, turn_id: str) -> dict[str, Any] | None:
+        """None when this request runs the turn; else the first request's answer."""
         kv = self._rt.bucket("turns")
-        pending = json.dumps({"state": "pending", "turn_id": turn_id}).encode()
+        at = self._clock.now().timestamp()
+        pending = json.dumps({"state": "pending", "turn_id": turn_id, "at": at}).encode()
         try:
             await kv.create(key, pending)
         except KeyWrongLastSequenceError:
-            return await self._stored_answer(key)
+            return await self._stored_answer(key, pending)
         return None
 
     async def _release_client_turn(self, key: str, turn_id: str) -> None:
@@ -177,7 +205,10 @@ class Turns:
             if stored.get("state") == "pending" and stored.get("turn_id") == turn_id:
                 await kv.delete(key, last=entry.revision)
 
-    async def _stored_answer(self, key: str) -> dict[str, Any]:
+    async def _stored_answer(self, key: str, pending: bytes) -> dict[str, Any] | None:
+        """The first request's answer once stored; None when this request takes the id over
+        (the first one gave it back, or died: pending for longer than a turn may stay open).
+        What the first one appended stays; intent keys keep this run from admitting twice."""
         kv = self._rt.bucket("turns")
         deadline = time.monotonic() + self._settings.turn_wait_s + self._settings.model_timeout_s
         while True:
@@ -185,18 +216,41 @@ class Turns:
                 entry = await kv.get(key)
             except KeyNotFoundError:
                 entry = None
-            if entry is not None and entry.value:
-                stored = json.loads(entry.value)
-                if stored.get("state") == "answered":
-                    answer: dict[str, Any] = stored["answer"]
-                    return answer
+            stored = json.loads(entry.value) if entry is not None and entry.value else None
+            verdict = claim_verdict(
+                stored, self._clock.now().timestamp(), self._settings.turn_timeout_s
+            )
+            if verdict == "answered":
+                assert stored is not None
+                answer: dict[str, Any] = stored["answer"]
+                return answer
+            with contextlib.suppress(KeyWrongLastSequenceError):
+                if verdict == "take" and entry is None:
+                    await kv.create(key, pending)
+                    return None
+                if verdict == "take" and entry is not None:
+                    await kv.update(key, pending, last=entry.revision)
+                    return None
             if time.monotonic() >= deadline:
                 raise TurnPending(key)
             await asyncio.sleep(0.05)
 
-    async def _store_answer(self, key: str, answer: dict[str, Any]) -> None:
-        kv = self._rt.bucket("turns")
-        await kv.put(key, json.dumps({"state": "answered", "answer": answer}).encode())
+    def _store_later(self, key: str, answer: dict[str, Any]) -> None:
+        async def store() -> None:
+            with metrics.turn_phase("store_answer"):
+                await self._rt.bucket("turns").put(
+                    key, json.dumps({"state": "answered", "answer": answer}).encode()
+                )
+
+        task = asyncio.create_task(store(), name=f"store-answer-{key}")
+        self._storing.add(task)
+        task.add_done_callback(self._stored)
+
+    def _stored(self, task: asyncio.Task[None]) -> None:
+        self._storing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The claim stays pending: a repeat takes it over after the turn timeout.
+            log.error("turn answer not stored: %r", task.exception())
 
     # ------------------------------------------------------------------ the turn
 
