@@ -162,7 +162,10 @@ class Admission:
         batch_id: str | None = None
         if members:
             batch_id = self._new_id("batch")
-            opened = BatchOpened(operation_ids=tuple(p.operation_id for p in members))
+            opened = BatchOpened(
+                operation_ids=tuple(p.operation_id for p in members),
+                tools=tuple(p.tool for p in members),
+            )
             with metrics.turn_phase("admission_batch_append"):
                 await self._open_batch(
                     ctx, self._env(ctx, opened, now, batch_id=batch_id), batch_id
@@ -299,7 +302,7 @@ class Admission:
             return self._outcome(plan, None, ctx.session_id)
         batch_id = self._new_id("batch")
         ids = plan_ids(plan, batch_id)
-        opened = BatchOpened(operation_ids=(plan.operation_id,))
+        opened = BatchOpened(operation_ids=(plan.operation_id,), tools=(plan.tool,))
         await self._open_batch(ctx, self._env(ctx, opened, now, **ids), batch_id)
         admitted = followups.compensation_admitted(ctx, plan, comp, operation_id, now)
         await self._append_all(

@@ -50,6 +50,8 @@ class BatchState:
     turn_id: str | None = None
     agent: str | None = None
     opened_at: datetime | None = None
+    # Each member's tool, as `batch.opened` named it (empty on older batches).
+    tools: tuple[str, ...] = ()
 
     @property
     def drained(self) -> bool:
@@ -88,10 +90,10 @@ def evolve(state: BatchState | None, env: Envelope[BatchEvent]) -> BatchState:
     # The version bump travels in the one copy each event makes.
     v = state.version + 1
     match event:
-        case BatchOpened(operation_ids=ops):
+        case BatchOpened(operation_ids=ops, tools=tools):
             if state.members and state.members != ops:
                 raise BatchError(f"batch {batch_id} reopened with other members")
-            return evolved(state, version=v, members=ops)
+            return evolved(state, version=v, members=ops, tools=tools)
         case BatchMemberSettled(member_operation_id=op, status=status):
             if op not in state.members:
                 raise BatchError(f"batch {batch_id}: {op} is not a member")

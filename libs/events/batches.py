@@ -19,6 +19,9 @@ class BatchOpened(_Event, frozen=True, kw_only=True, tag="batch.opened"):
     """A turn admitted a set of operations that close with one message."""
 
     operation_ids: tuple[str, ...]
+    # Each member's tool, in the same order: what a closing names if a member never got
+    # its admission (its turn died in between). Empty on batches opened before it existed.
+    tools: tuple[str, ...] = ()
 
 
 class BatchMemberSettled(_Event, frozen=True, kw_only=True, tag="batch.member_settled"):

@@ -20,6 +20,8 @@ RejectReason = Literal[
     "duplicate",
     "confirmation_declined",
     "batch_too_large",
+    # Its turn died between `batch.opened` and the admission; the coordinator closed it.
+    "interrupted",
 ]
 
 AttemptOutcome = Literal[

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI
 
 from libs.bus import Context
+from libs.clock import SYSTEM_CLOCK
 from libs.events import BATCHES, OPERATIONS
 from libs.models import model_for
 from libs.service import Runtime, consumes, create_service_app
@@ -15,6 +16,7 @@ from libs.tools import default_registry
 
 from .domain import COORDINATED
 from .handlers import Coordinator
+from .interrupted import InterruptedSweep
 from .settings import SERVICE, Settings
 
 
@@ -39,7 +41,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     runtime = CoordinatorRuntime(
         name=SERVICE,
         settings=settings.bus,
-        publishes=(Context.BATCHES, Context.DELIVERIES),
+        # Operations: only a silent member's `interrupted` rejection (interrupted.py).
+        publishes=(Context.BATCHES, Context.DELIVERIES, Context.OPERATIONS),
         # Asked for at start-up, once the coordinator below (which takes the runtime) exists.
         consumers=lambda: (
             consumes(
@@ -62,8 +65,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         registry=default_registry(settings=settings.tools),
     )
 
+    sweep = InterruptedSweep(coordinator, settings, SYSTEM_CLOCK)
+    sweeping: list[asyncio.Task[None]] = []
+
     async def on_start() -> None:
         await coordinator.hydrate()
         runtime.rebuilt.set()
+        sweeping.append(asyncio.create_task(sweep.run(), name="interrupted-sweep"))
 
-    return create_service_app(runtime, title="holdline batch-coordinator", on_start=on_start)
+    async def on_stop() -> None:
+        for task in sweeping:
+            task.cancel()
+
+    return create_service_app(
+        runtime, title="holdline batch-coordinator", on_start=on_start, on_stop=on_stop
+    )

@@ -7,12 +7,13 @@ to vary); only final failures go through the model, which must offer an alternat
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 import msgspec
 
-from libs.domain.batch import MemberStatus
+from libs.domain.batch import BatchState, MemberStatus
 from libs.domain.operation import RECONCILED_FAILURE, final_failure, rejection_failure
 from libs.events import (
     Envelope,
@@ -133,6 +134,22 @@ def evolve_member(view: MemberView | None, env: Envelope[OperationEvent]) -> Mem
         case _:
             pass
     return view
+
+
+def silent_members(
+    state: BatchState, heard: Callable[[str], bool], now: datetime, grace: timedelta
+) -> list[tuple[str, str]]:
+    """Members of an open batch with no event `grace` after its opening, with their tools.
+
+    Admission appends `batch.opened` and then each member's first event; a member still
+    silent long after lost its turn in between (a surface killed), and nothing will admit it.
+    """
+    if state.closed or state.opened_at is None or now - state.opened_at < grace:
+        return []
+    tools = dict(zip(state.members, state.tools, strict=False))
+    return [
+        (m, tools.get(m, "")) for m in state.members if m not in state.settled and not heard(m)
+    ]
 
 
 def member_status(event: OperationEvent) -> MemberStatus | None:

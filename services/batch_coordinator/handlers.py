@@ -123,6 +123,16 @@ class Coordinator:
         self._locks: dict[str, asyncio.Lock] = {}
 
     @property
+    def runtime(self) -> Runtime:
+        """The process's runtime (its topology names the subjects)."""
+        return self._rt
+
+    @property
+    def store(self) -> EventStore:
+        """Where the coordinator appends (the broker, or the injected store in fast tests)."""
+        return self._events
+
+    @property
     def _events(self) -> EventStore:
         return self._store if self._store is not None else self._rt.store
 

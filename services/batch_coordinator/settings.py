@@ -10,6 +10,10 @@ name in `HOSTNAME`; 0 when N is 1): this process handles only the sessions of pa
 `BATCH_COORDINATOR_NICE` (default 10): added to the process's nice value, so the turn path
 runs first on a shared machine.
 `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`).
+`HOLDLINE_INTERRUPTED_GRACE_S` (default 10): a batch member with no event this long after
+its `batch.opened` lost its turn before the admission; it is rejected as `interrupted` (a
+guarded first event, so a late admission is refused) and the batch closes. Looked for every
+`HOLDLINE_INTERRUPTED_SWEEP_S` (default 5).
 Broker settings come from `BusSettings.from_env()`.
 """
 
@@ -25,6 +29,7 @@ from libs.config import (
     ModelSettings,
     ServeSettings,
     ToolSettings,
+    env_float,
     env_str,
 )
 
@@ -42,6 +47,8 @@ class Settings:
     model: ModelSettings = field(default_factory=ModelSettings)
     partition: Partition = field(default_factory=Partition)
     tools: ToolSettings = field(default_factory=ToolSettings)
+    interrupted_grace_s: float = 10.0
+    interrupted_sweep_s: float = 5.0
     serve: ServeSettings = field(
         default_factory=lambda: ServeSettings(HttpSettings("127.0.0.1", DEFAULT_PORT))
     )
@@ -56,6 +63,8 @@ class Settings:
             model=ModelSettings.from_env(default_name="mock"),
             partition=Partition.from_env(),
             tools=ToolSettings.from_env(),
+            interrupted_grace_s=env_float("HOLDLINE_INTERRUPTED_GRACE_S", cls.interrupted_grace_s),
+            interrupted_sweep_s=env_float("HOLDLINE_INTERRUPTED_SWEEP_S", cls.interrupted_sweep_s),
             serve=ServeSettings.from_env(
                 ENV_PREFIX, DEFAULT_PORT, bus, default_nice=BACKGROUND_NICE
             ),

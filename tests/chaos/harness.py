@@ -53,7 +53,14 @@ class Config:
 
 def _quiet(state: Replayed) -> bool:
     terminal = all(o.status in TERMINAL for o in state.operations.values())
-    return terminal and not any(d.status in OPEN for d in state.deliveries.values())
+    # A member with no event yet (its turn died before the admission) is settled by the
+    # coordinator's sweep after its grace: waited for like any other member.
+    settled = all(
+        (op := state.operations.get(m)) is not None and op.status in TERMINAL
+        for b in state.batches.values()
+        for m in b.members
+    )
+    return terminal and settled and not any(d.status in OPEN for d in state.deliveries.values())
 
 
 async def _quiesce(

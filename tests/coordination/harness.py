@@ -163,15 +163,19 @@ class Scripted:
         turn: str | None = None,
         agent: str | None = None,
         tool: str = "provision_access",
+        silent: tuple[str, ...] = (),
     ) -> None:
         """batch.opened first, then operation.admitted per member (the admission contract).
 
         `ops` maps operation id to admission options: arguments, subject_key, owner, priority.
+        `silent` members are in the batch but never admitted (their turn died in between).
         """
         turn = turn or new_id("turn")
         agent = agent or self.agent
-        opened = self._env(session, BatchOpened(operation_ids=tuple(ops)), batch_id=batch,
-                           turn_id=turn, agent=agent)
+        members = (*ops, *silent)
+        tools = tuple(ops[op].get("tool", tool) if op in ops else tool for op in members)
+        opened = self._env(session, BatchOpened(operation_ids=members, tools=tools),
+                           batch_id=batch, turn_id=turn, agent=agent)
         await append(self.js, BATCHES, self.topology.batch_subject(session, batch), opened)
         for op, options in ops.items():
             await self.operation(
@@ -230,6 +234,14 @@ class Scripted:
         got = await replay(
             self.js, self.topology.stream_name(Context.DELIVERIES),
             self.topology.session_filter(Context.DELIVERIES, session), DELIVERIES,
+        )
+        return [item.envelope for item in got.items]
+
+    async def operation_events(self, session: str, op: str) -> list[Envelope[OperationEvent]]:
+        """Every event of one operation, in stream order."""
+        got = await replay(
+            self.js, self.topology.stream_name(Context.OPERATIONS),
+            self.topology.operation_subject(session, op), OPERATIONS,
         )
         return [item.envelope for item in got.items]
 
