@@ -130,10 +130,6 @@ class Coordinator:
     @property
     def store(self) -> EventStore:
         """Where the coordinator appends (the broker, or the injected store in fast tests)."""
-        return self._events
-
-    @property
-    def _events(self) -> EventStore:
         return self._store if self._store is not None else self._rt.store
 
     # ------------------------------------------------------------------ start-up
@@ -231,7 +227,7 @@ class Coordinator:
         delivery_id = final_delivery_id(state.batch_id)
         try:
             key = claim_key(final_delivery_key(state.batch_id))
-            await self._events.claim_once("deliveries", key, delivery_id.encode())
+            await self.store.claim_once("deliveries", key, delivery_id.encode())
         except ClaimConflict as exc:
             # Claimed by another version with another id: that one is the closing.
             delivery_id = exc.existing.decode()
@@ -262,7 +258,7 @@ class Coordinator:
         )
         subject = self._rt.topology.delivery_subject(state.session_id, delivery_id)
         try:
-            appended = await self._events.append(
+            appended = await self.store.append(
                 DELIVERIES, subject, ready, expected_last_subject_seq=0
             )
             if not appended.duplicate:
@@ -321,7 +317,7 @@ class Coordinator:
         )
         subject = self._rt.topology.delivery_subject(env.session_id, delivery_id)
         try:
-            await self._events.append(DELIVERIES, subject, note, expected_last_subject_seq=0)
+            await self.store.append(DELIVERIES, subject, note, expected_last_subject_seq=0)
         except ConcurrencyConflict:
             return
 
@@ -337,7 +333,7 @@ class Coordinator:
     async def _reload(self, session_id: str, batch_id: str) -> None:
         topo = self._rt.topology
         loaded = await load_from(
-            self._events,
+            self.store,
             topo.stream_name(Context.BATCHES),
             topo.batch_subject(session_id, batch_id),
             BATCHES,
@@ -363,7 +359,7 @@ class Coordinator:
                 causation_id=cause,
                 event=event,
             )
-            appended = await self._events.append(
+            appended = await self.store.append(
                 BATCHES, subject, env, expected_last_subject_seq=seq
             )
             EVENTS_PUBLISHED.labels(stream="batches").inc()
@@ -380,7 +376,7 @@ class Coordinator:
         # its own subject says, folded by the operation's state machine.
         topo = self._rt.topology
         loaded = await load_from(
-            self._events,
+            self.store,
             topo.stream_name(Context.OPERATIONS),
             topo.operation_subject(session_id, operation_id),
             OPERATIONS,

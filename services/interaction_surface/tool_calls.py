@@ -45,6 +45,7 @@ from libs.domain import SessionState
 from libs.events import ToolCallsReceived
 from libs.tools import Caller, ToolDeclaration, ToolRegistry
 
+from .answers import WriteBehind, claim_verdict
 from .chat.conversation import tool_spec
 
 log = logging.getLogger(__name__)
@@ -327,7 +328,7 @@ class ToolCalls:
         self._admission = admission
         self.registry = registry
         self._locks: dict[str, asyncio.Lock] = {}
-        self._storing: set[asyncio.Task[None]] = set()
+        self._answers = WriteBehind("tool call answers")
 
     def _key(self, session_id: str, tool_call_id: str) -> str:
         return f"{session_id}.tc.{hashlib.sha256(tool_call_id.encode()).hexdigest()[:40]}"
@@ -409,19 +410,11 @@ class ToolCalls:
                     for call in calls
                 ))
 
-        task = asyncio.create_task(store())
-        self._storing.add(task)
-        task.add_done_callback(self._stored_done)
+        self._answers.start(store(), name=f"store-tool-calls-{turn_id}")
 
     async def flush(self) -> None:
         """Wait for the answers still being stored (at shutdown, before the bus closes)."""
-        if self._storing:
-            await asyncio.gather(*self._storing, return_exceptions=True)
-
-    def _stored_done(self, task: asyncio.Task[None]) -> None:
-        self._storing.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("tool call answers not stored: %r", task.exception())
+        await self._answers.flush()
 
     async def _claim(self, kv: Any, key: str, pending: bytes) -> bool:
         """Take the id for this request; a pending claim older than a turn's timeout was left
@@ -438,8 +431,7 @@ class ToolCalls:
         except KeyNotFoundError:
             return await self._claim(kv, key, pending)
         stored = json.loads(entry.value or b"{}")
-        age = time.time() - float(stored.get("at", time.time()))
-        if stored.get("state") != "pending" or age < self._surface.settings.turn_timeout_s:
+        if claim_verdict(stored, time.time(), self._surface.settings.turn_timeout_s) != "take":
             return False
         try:
             await kv.update(key, pending, last=entry.revision)

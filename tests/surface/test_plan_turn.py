@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 from libs.admission import Outcome, ToolCall
 from libs.domain import OperationState, OpStatus
 from libs.models.interface import PendingUpdate, ProposedCall, TurnReply, TurnRequest
+from services.interaction_surface.answers import claim_verdict
 from services.interaction_surface.chat import turn_plan
 from services.interaction_surface.chat.turn_plan import Admit, Cancel, Compensate, Confirm
-from services.interaction_surface.chat.turns import claim_verdict
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 ops = st.text("abcdef", min_size=1, max_size=4).map(lambda s: f"op_{s}")

@@ -62,6 +62,7 @@ from libs.models.interface import (
 from libs.service import Runtime
 from libs.tools import ToolRegistry
 
+from ..answers import WriteBehind, claim_verdict
 from ..projections import SurfaceView
 from ..settings import Settings
 from . import turn_plan
@@ -96,23 +97,6 @@ class TurnInput:
 
 
 
-def claim_verdict(
-    stored: Mapping[str, Any] | None, now: float, timeout_s: float
-) -> Literal["answered", "take", "wait"]:
-    """What a repeated client turn id does with the claim it found (None: none left).
-
-    A claim pending for longer than a turn may stay open was left by a surface that died
-    before storing its answer; one without a time (written before claims had one) is waited
-    for, as then.
-    """
-    if stored is None:
-        return "take"
-    if stored.get("state") == "answered":
-        return "answered"
-    age = now - float(stored.get("at", now))
-    return "take" if age >= timeout_s else "wait"
-
-
 class Turns:
     """Handles chat turns for every session."""
 
@@ -141,8 +125,8 @@ class Turns:
         self._tools = tuple(tool_spec(t) for t in registry.tools())
         # Same-process turns of a session queue here instead of racing on the log.
         self._locks: dict[str, asyncio.Lock] = {}
-        # Answers being stored after they were returned (see `flush`).
-        self._storing: set[asyncio.Task[None]] = set()
+        # Answers stored after they were returned (see `flush`).
+        self._answers = WriteBehind("turn answer")
 
     # ------------------------------------------------------------------ entry point
 
@@ -177,8 +161,7 @@ class Turns:
 
     async def flush(self) -> None:
         """Wait for the answers still being stored (at shutdown, before the bus closes)."""
-        if self._storing:
-            await asyncio.gather(*self._storing, return_exceptions=True)
+        await self._answers.flush()
 
     # ------------------------------------------------------------------ idempotency
 
@@ -224,12 +207,12 @@ class Turns:
                 assert stored is not None
                 answer: dict[str, Any] = stored["answer"]
                 return answer
-            with contextlib.suppress(KeyWrongLastSequenceError):
-                if verdict == "take" and entry is None:
-                    await kv.create(key, pending)
-                    return None
-                if verdict == "take" and entry is not None:
-                    await kv.update(key, pending, last=entry.revision)
+            if verdict == "take":
+                with contextlib.suppress(KeyWrongLastSequenceError):
+                    if entry is None:
+                        await kv.create(key, pending)
+                    else:
+                        await kv.update(key, pending, last=entry.revision)
                     return None
             if time.monotonic() >= deadline:
                 raise TurnPending(key)
@@ -242,15 +225,7 @@ class Turns:
                     key, json.dumps({"state": "answered", "answer": answer}).encode()
                 )
 
-        task = asyncio.create_task(store(), name=f"store-answer-{key}")
-        self._storing.add(task)
-        task.add_done_callback(self._stored)
-
-    def _stored(self, task: asyncio.Task[None]) -> None:
-        self._storing.discard(task)
-        if not task.cancelled() and task.exception() is not None:
-            # The claim stays pending: a repeat takes it over after the turn timeout.
-            log.error("turn answer not stored: %r", task.exception())
+        self._answers.start(store(), name=f"store-answer-{key}")
 
     # ------------------------------------------------------------------ the turn
 

@@ -1,0 +1,64 @@
+"""Stored answers of repeatable requests (a chat turn's `client_turn_id`, the Agent API's
+`tool_call_id`): create-once claims in the `turns` bucket, written `pending` first and the
+answer after it has been returned.
+
+Both request kinds share two rules: what a repeat does with a claim it finds
+(`claim_verdict`), and that the answer is written behind the response (`WriteBehind`), so a
+repeat in between waits on the pending claim and a stopping surface flushes the writes
+before the bus closes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Mapping
+from typing import Any, Literal
+
+log = logging.getLogger(__name__)
+
+
+def claim_verdict(
+    stored: Mapping[str, Any] | None, now: float, timeout_s: float
+) -> Literal["answered", "take", "wait"]:
+    """What a repeated request does with the claim it found (None: none left).
+
+    A claim pending for longer than a turn may stay open was left by a surface that died
+    before storing its answer; one without a time (written before claims had one) is waited
+    for, as then.
+    """
+    if stored is None:
+        return "take"
+    if stored.get("state") == "answered":
+        return "answered"
+    age = now - float(stored.get("at", now))
+    return "take" if age >= timeout_s else "wait"
+
+
+class WriteBehind:
+    """Answer writes that run after the response; `flush` waits for those still running."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._running: set[asyncio.Task[None]] = set()
+
+    def start(self, write: Awaitable[None], name: str) -> None:
+        """Run `write` in the background; a failure is logged (the claim stays pending)."""
+
+        async def run() -> None:
+            await write
+
+        task = asyncio.create_task(run(), name=name)
+        self._running.add(task)
+        task.add_done_callback(self._done)
+
+    async def flush(self) -> None:
+        """Wait for the writes still running (at shutdown, before the bus closes)."""
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+
+    def _done(self, task: asyncio.Task[None]) -> None:
+        self._running.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # The claim stays pending: a repeat takes it over after the turn timeout.
+            log.error("%s not stored: %r", self._what, task.exception())
