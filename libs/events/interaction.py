@@ -39,12 +39,24 @@ class TurnReceived(_Event, frozen=True, kw_only=True, tag="turn.received"):
     client_turn_id: str | None = None
 
 
+class RepliedOperation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """What admission answered for one operation of a replied turn."""
+
+    operation_id: str
+    tool: str
+    status: str
+    batch_id: str | None = None
+
+
 class TurnReplied(_Event, frozen=True, kw_only=True, tag="turn.replied"):
     """The assistant's reply to a turn was written to history."""
 
     text: str
     operation_ids: tuple[str, ...] = ()
     attached_delivery_ids: tuple[str, ...] = ()
+    # The turn's answer to its caller is rebuilt from this reply when the client repeats
+    # its client_turn_id, so the reply carries admission's answer for each operation.
+    operations: tuple[RepliedOperation, ...] = ()
 
 
 class AgentHandedOff(_Event, frozen=True, kw_only=True, tag="agent.handed_off"):

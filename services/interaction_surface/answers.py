@@ -1,11 +1,11 @@
-"""Stored answers of repeatable requests (a chat turn's `client_turn_id`, the Agent API's
-`tool_call_id`): create-once claims in the `turns` bucket, written `pending` first and the
-answer after it has been returned.
+"""Stored answers of the Agent API's repeatable requests (a `tool_call_id`): create-once
+claims in the `turns` bucket, written `pending` first and the answer after it has been
+returned. (A chat turn's `client_turn_id` needs no claim: its session log answers a
+repeat, see `chat/turns.py`.)
 
-Both request kinds share two rules: what a repeat does with a claim it finds
-(`claim_verdict`), and that the answer is written behind the response (`WriteBehind`), so a
-repeat in between waits on the pending claim and a stopping surface flushes the writes
-before the bus closes.
+Two rules: what a repeat does with a claim it finds (`claim_verdict`), and that the answer
+is written behind the response (`WriteBehind`), so a repeat in between waits on the pending
+claim and a stopping surface flushes the writes before the bus closes.
 """
 
 from __future__ import annotations

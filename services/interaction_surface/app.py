@@ -156,8 +156,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if telephony.started is not None:
             telephony.started.sweeper.cancel()
         if surface.started is not None:
-            # Answers already returned are stored while the bus is still open.
-            await surface.started.turns.flush()
+            # Agent API answers already returned are stored while the bus is still open.
             await surface.started.tool_calls.flush()
         await view.close()
         if surface.started is not None:

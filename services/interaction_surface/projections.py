@@ -48,6 +48,7 @@ from libs.events import (
     TurnReceived,
     TurnReplied,
 )
+from libs.events.interaction import Channel
 from libs.tools.labels import label_of
 
 log = logging.getLogger(__name__)
@@ -120,6 +121,11 @@ class SessionLog:
     context_from: int = 0
     # Deliveries whose text is already in the visible history.
     written: set[str] = field(default_factory=set)
+    # Per client turn id its latest turn; per such turn its channel and, once written, its
+    # reply. A repeated client turn id is answered from these (`turn_plan.opening`).
+    client_turns: dict[str, str] = field(default_factory=dict)
+    turn_channels: dict[str, Channel] = field(default_factory=dict)
+    replies: dict[str, Envelope[TurnReplied]] = field(default_factory=dict)
     # When `session.opened` was written: the token's issue time.
     opened_at: datetime | None = None
     # Erased: no interaction event of the session is kept or shown any more.
@@ -283,22 +289,7 @@ class SurfaceView:
         found.high[index] = seq
         match context:
             case Context.INTERACTION:
-                state = self.sessions.apply(env, seq)
-                event = env.event
-                if isinstance(event, TurnReceived):
-                    found.open_turn = (env.turn_id or "", env.occurred_at)
-                elif isinstance(event, TurnReplied):
-                    found.written.update(event.attached_delivery_ids)
-                    if env.delivery_id:
-                        found.written.add(env.delivery_id)
-                    if found.open_turn is not None and env.turn_id == found.open_turn[0]:
-                        found.open_turn = None
-                elif isinstance(event, AgentHandedOff) and event.context == "fresh":
-                    found.context_from = len(state.messages) if state is not None else 0
-                elif isinstance(event, SessionOpened):
-                    found.opened_at = env.occurred_at
-                elif isinstance(event, SessionClosed) and event.reason == ERASED:
-                    self._erase(found)
+                self._apply_interaction(found, env, seq)
             case Context.OPERATIONS:
                 if env.operation_id and env.operation_id not in self.operations.states:
                     found.operation_ids.append(env.operation_id)
@@ -324,11 +315,37 @@ class SurfaceView:
         found.changed.set()
         found.changed = asyncio.Event()
 
+    def _apply_interaction(self, found: SessionLog, env: Envelope[Any], seq: int) -> None:
+        state = self.sessions.apply(env, seq)
+        event = env.event
+        if isinstance(event, TurnReceived):
+            found.open_turn = (env.turn_id or "", env.occurred_at)
+            if event.client_turn_id is not None and env.turn_id:
+                found.client_turns[event.client_turn_id] = env.turn_id
+                found.turn_channels[env.turn_id] = event.channel
+        elif isinstance(event, TurnReplied):
+            if env.turn_id in found.turn_channels:
+                found.replies[env.turn_id or ""] = env
+            found.written.update(event.attached_delivery_ids)
+            if env.delivery_id:
+                found.written.add(env.delivery_id)
+            if found.open_turn is not None and env.turn_id == found.open_turn[0]:
+                found.open_turn = None
+        elif isinstance(event, AgentHandedOff) and event.context == "fresh":
+            found.context_from = len(state.messages) if state is not None else 0
+        elif isinstance(event, SessionOpened):
+            found.opened_at = env.occurred_at
+        elif isinstance(event, SessionClosed) and event.reason == ERASED:
+            self._erase(found)
+
     def _erase(self, found: SessionLog) -> None:
         # The session is gone for every reader: no state, no texts, no token to match.
         found.erased = True
         self.sessions.states.pop(found.session_id, None)
         found.entries = [e for e in found.entries if e.stream is not Context.INTERACTION]
+        found.client_turns.clear()
+        found.turn_channels.clear()
+        found.replies.clear()
 
     def _advance(self, context: Context, seq: int) -> None:
         if seq <= self.applied[context]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -20,8 +20,9 @@ from harness.surface import (
     open_chat,
     unique,
 )
-from libs.bus import Topology, connect
+from libs.bus import Topology, append, connect
 from libs.config import BusSettings
+from libs.events import INTERACTION, Envelope, TurnReceived
 from tests.support.drained import settled
 
 # Words an acceptance must never use: the work has only started.
@@ -221,31 +222,36 @@ async def test_a_retried_client_turn_id_returns_the_same_answer_and_admits_nothi
     assert len(snap["operations"]) == 1
 
 
-async def test_a_client_turn_id_left_pending_by_a_dead_surface_is_taken_over(
+async def test_a_client_turn_id_left_open_by_a_dead_surface_is_taken_over(
     client: httpx.AsyncClient, stack: SurfaceStack
 ) -> None:
     chat = await open_chat(client)
-    key = f"{chat.session_id}.ct-dead"
-    nc = await connect(BusSettings(nats_url=stack.nats_url, prefix=stack.prefix), name="turns")
+    name = unique("miro")
+    text = f"give me access to {name}"
+    nc = await connect(BusSettings(nats_url=stack.nats_url, prefix=stack.prefix), name="dead")
     try:
-        kv = await nc.jetstream().key_value(Topology(stack.prefix).bucket("turns"))
-        # A surface claimed the id an hour ago and died before storing an answer.
-        dead = {"state": "pending", "turn_id": "turn_dead", "at": time.time() - 3600}
-        await kv.create(key, json.dumps(dead).encode())
-        name = unique("miro")
-        answer = await chat.say(f"give me access to {name}", client_turn_id="ct-dead")
-        assert answer["turn_id"] != "turn_dead"
-
-        async def stored() -> dict[str, Any] | None:
-            found = json.loads((await kv.get(key)).value or b"{}")
-            return found if found.get("state") == "answered" else None
-
-        assert (await eventually(stored))["answer"] == answer
+        # A surface received the turn an hour ago and died before it replied.
+        dead = Envelope(
+            event_id=unique("ev"),
+            occurred_at=datetime.now(UTC) - timedelta(hours=1),
+            session_id=chat.session_id,
+            turn_id="turn_dead",
+            agent=chat.agent,
+            event=TurnReceived(channel="chat", text=text, client_turn_id="ct-dead"),
+        )
+        subject = Topology(stack.prefix).session_subject(chat.session_id)
+        await append(nc.jetstream(), INTERACTION, subject, dead)
     finally:
         await nc.close()
-    assert await chat.say(f"give me access to {name}", client_turn_id="ct-dead") == answer
+    answer = await chat.say(text, client_turn_id="ct-dead")
+    assert answer["turn_id"] != "turn_dead"
+    assert [o["status"] for o in answer["operations"]] == ["admitted"]
+    # The repeat is answered from the log, the second run's reply.
+    assert await chat.say(text, client_turn_id="ct-dead") == answer
     snap = await chat.snapshot()
-    assert sum(1 for m in snap["messages"] if m["role"] == "user") == 1
+    # The dead run's text and the run that took it over; one reply, one operation.
+    assert [m["role"] for m in snap["messages"]].count("user") == 2
+    assert [m["role"] for m in snap["messages"]].count("assistant") == 1
     assert len(snap["operations"]) == 1
 
     async def committed() -> bool:

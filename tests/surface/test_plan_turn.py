@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.admission import Outcome, ToolCall
+from libs.bus import EVENT_CODECS, Context
 from libs.domain import OperationState, OpStatus
+from libs.events import Envelope, TurnReplied
 from libs.models.interface import PendingUpdate, ProposedCall, TurnReply, TurnRequest
 from services.interaction_surface.answers import claim_verdict
 from services.interaction_surface.chat import turn_plan
@@ -139,7 +141,7 @@ def test_an_id_from_another_session_never_names_its_resource() -> None:
     assert own.label == "provision_access:vpn"
 
 
-def test_a_repeated_client_turn_id_waits_for_a_live_claim_and_takes_a_dead_one() -> None:
+def test_a_repeated_tool_call_id_waits_for_a_live_claim_and_takes_a_dead_one() -> None:
     answered = {"state": "answered", "answer": {"text": "ok"}}
     assert claim_verdict(answered, 1000.0, 30.0) == "answered"
     # Given back by a failed first request (deleted): this request runs the turn.
@@ -148,3 +150,59 @@ def test_a_repeated_client_turn_id_waits_for_a_live_claim_and_takes_a_dead_one()
     assert claim_verdict({"state": "pending", "at": 970.0}, 1000.0, 30.0) == "take"
     # A claim written before claims carried their time is waited for, never taken.
     assert claim_verdict({"state": "pending"}, 1000.0, 30.0) == "wait"
+
+
+def test_a_repeated_client_turn_id_is_answered_from_the_log_or_waits_or_runs_again() -> None:
+    now = datetime(2026, 1, 1, 12, tzinfo=UTC)
+    expiry = timedelta(seconds=30)
+    live = ("turn_1", now - timedelta(seconds=5))
+    dead = ("turn_1", now - timedelta(seconds=31))
+    other = ("turn_2", now - timedelta(seconds=5))
+
+    def opening(
+        repeat_of: str | None, replied: bool, open_turn: tuple[str, datetime] | None
+    ) -> str:
+        return turn_plan.opening(
+            repeat_of=repeat_of, replied=replied, open_turn=open_turn, now=now, expiry=expiry
+        )
+
+    # A new id opens, or waits for another open turn like any turn.
+    assert opening(None, False, None) == "open"
+    assert opening(None, False, other) == "wait"
+    # Replied: the answer is in the log, even while a later turn of the session is open.
+    assert opening("turn_1", True, None) == "answered"
+    assert opening("turn_1", True, other) == "answered"
+    # Its first run still open: wait for that run's reply; once it expired, run again.
+    assert opening("turn_1", False, live) == "wait_repeat"
+    assert opening("turn_1", False, dead) == "open"
+    # Its first run died unreplied and another turn is open now: wait as for any turn.
+    assert opening("turn_1", False, other) == "wait"
+
+
+def test_a_repeat_answer_rebuilt_from_the_reply_equals_the_first_answer() -> None:
+    outcomes = [
+        Outcome("op_1", "provision_access", "admitted", "batch_1"),
+        Outcome("", "provision_access", "rejected", None, reason="invalid"),
+        Outcome("op_2", "book_table", "awaiting_confirmation", "batch_1"),
+    ]
+    operations = turn_plan.replied_operations(outcomes)
+    assert [o.operation_id for o in operations] == ["op_1", "op_2"]
+    for channel in ("chat", "voice"):
+        first = turn_plan.answer(
+            turn_id="turn_1", text="On it.", response_id="resp_1", operations=operations,
+            attached_delivery_ids=["dl_1"], channel=channel,
+        )
+        reply = Envelope(
+            event_id="ev_1", occurred_at=datetime(2026, 1, 1, tzinfo=UTC), session_id="sess_1",
+            turn_id="turn_1", response_id="resp_1",
+            event=TurnReplied(
+                text="On it.", operation_ids=("op_1", "op_2"),
+                attached_delivery_ids=("dl_1",), operations=operations,
+            ),
+        )
+        # Through the wire format, as the view decodes it from the stream.
+        decoded = EVENT_CODECS[Context.INTERACTION].decode(
+            EVENT_CODECS[Context.INTERACTION].encode(reply)
+        )
+        assert turn_plan.answer_of_reply(decoded, channel) == first
+        assert ("attached_delivery_ids" in first) == (channel == "voice")

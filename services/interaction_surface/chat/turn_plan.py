@@ -4,7 +4,9 @@
 answered: the explicit requests and proposed calls to put through admission (in order), or
 the apology or question that replaces them. The steps after admission are pure too: which
 pending updates this turn made stale (`stale_updates`), what each outcome tells the model
-(`admission_note`), the reply text (`reply_text`) and the answer returned (`answer`).
+(`admission_note`), the reply text (`reply_text`) and the answer returned (`answer`, rebuilt
+from the reply for a repeated client turn id: `answer_of_reply`), and how a turn begins
+against its session's log (`opening`).
 Nothing here reads the clock, makes an id or touches the broker.
 """
 
@@ -12,12 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from libs.admission import ELSEWHERE, Outcome, ToolCall
 from libs.domain import DeliveryState, OperationState, SessionState
 from libs.domain.channel import OperationFacts, Verdict, stale_after_turn
+from libs.events import Envelope, RepliedOperation, TurnReplied
+from libs.events.interaction import Channel
 from libs.models.interface import AdmissionNote, PendingUpdate, ToolSpec, TurnReply, TurnRequest
 from libs.models.phrasing import reply_language
 
@@ -228,19 +232,30 @@ def reply_text(text: str, attached: Sequence[PendingUpdate], reply: TurnReply | 
     return with_updates(text, attached, reply.attached if reply is not None else ())
 
 
+def replied_operations(outcomes: Sequence[Outcome]) -> tuple[RepliedOperation, ...]:
+    """Admission's answer per operation, as the reply records it (for a repeat's answer)."""
+    return tuple(
+        RepliedOperation(
+            operation_id=o.operation_id, tool=o.tool, status=o.status, batch_id=o.batch_id
+        )
+        for o in outcomes
+        if o.operation_id
+    )
+
+
 def answer(
     *,
     turn_id: str,
     text: str,
     response_id: str,
-    outcomes: Sequence[Outcome],
-    attached: Sequence[PendingUpdate],
-    channel: Literal["chat", "voice"],
+    operations: Sequence[RepliedOperation],
+    attached_delivery_ids: Sequence[str],
+    channel: Channel,
 ) -> dict[str, Any]:
-    """The turn's answer to its caller."""
+    """The turn's answer to its caller (the first time, and rebuilt for every repeat)."""
     extra: dict[str, Any] = {}
     if channel == "voice":
-        extra["attached_delivery_ids"] = [u.delivery_id for u in attached]
+        extra["attached_delivery_ids"] = list(attached_delivery_ids)
     return {
         **extra,
         "turn_id": turn_id,
@@ -252,7 +267,46 @@ def answer(
                 "status": o.status,
                 "batch_id": o.batch_id,
             }
-            for o in outcomes
-            if o.operation_id
+            for o in operations
         ],
     }
+
+
+def answer_of_reply(reply: Envelope[TurnReplied], channel: Channel) -> dict[str, Any]:
+    """A repeated client turn id's answer, from the first run's `turn.replied`."""
+    return answer(
+        turn_id=reply.turn_id or "",
+        text=reply.event.text,
+        response_id=reply.response_id or "",
+        operations=reply.event.operations,
+        attached_delivery_ids=reply.event.attached_delivery_ids,
+        channel=channel,
+    )
+
+
+# How a turn begins against its session's log (`opening`).
+Opening = Literal["open", "wait", "wait_repeat", "answered"]
+
+
+def opening(
+    *,
+    repeat_of: str | None,
+    replied: bool,
+    open_turn: tuple[str, datetime] | None,
+    now: datetime,
+    expiry: timedelta,
+) -> Opening:
+    """Whether a turn opens now, waits for the open one, or is a repeat already answered.
+
+    `repeat_of` is the latest turn of the request's client turn id in the log (None for a
+    new id or none); `replied` whether that turn's reply is written. The log is current for
+    the session whenever `turn.received` is then appended at its expected sequence, so an id
+    seen nowhere in it was never received. A repeat whose first run is still open waits for
+    it (`wait_repeat`); one whose first run died unreplied (its turn expired) opens again,
+    and intent keys keep the second run from admitting anything twice.
+    """
+    if repeat_of is not None and replied:
+        return "answered"
+    if open_turn is not None and now - open_turn[1] < expiry:
+        return "wait_repeat" if open_turn[0] == repeat_of else "wait"
+    return "open"

@@ -1,12 +1,13 @@
 """Seed 003's `handle_user_turn`, made durable.
 
 A turn, in order:
-1. a repeated `client_turn_id` returns the stored answer (create-once key in `turns`, stored
-   once the answer has left: a repeat meanwhile waits on the pending claim, and a claim left
-   pending longer than a turn's timeout, by a surface that died, is taken over);
-2. the session's turn is taken through its event log: `turn.received` is appended with the
+1. the session's turn is taken through its event log: `turn.received` is appended with the
    session subject's expected last sequence, and only when no other turn is open — two
    processes can never both open a turn, and a crashed turn expires after a timeout;
+2. the same log answers a repeated `client_turn_id`: the view is current for the session
+   whenever that guarded append succeeds, so an id the view has not seen was never received.
+   A repeat gets the answer rebuilt from its first run's `turn.replied`, waits while that
+   run is open, and runs again once that run's turn expired unreplied (`turn_plan.opening`);
 3. the model sees the visible history plus, for this turn only, the live operations and
    the pending updates (closings that found no proactive window);
 4. cancels, confirmations and undos go through admission; proposed calls are admitted;
@@ -17,23 +18,19 @@ A turn, in order:
    reply is written (`turn.replied`), then the attached updates are marked delivered.
 It returns on acceptance; operations run elsewhere. The decisions are in `turn_plan.py`.
 
-Over 400 lines: the client-turn idempotency, opening the turn on the log and the guarded
+Over 400 lines: opening the turn on the log (with the client-turn repeats) and the guarded
 delivery appends are the turn's I/O, and each needs its own conflict handling.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
-
-from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from libs import metrics
 from libs.admission import Admission, LoadView, Outcome, TurnContext
@@ -62,7 +59,6 @@ from libs.models.interface import (
 from libs.service import Runtime
 from libs.tools import ToolRegistry
 
-from ..answers import WriteBehind, claim_verdict
 from ..projections import SurfaceView
 from ..settings import Settings
 from . import turn_plan
@@ -80,6 +76,13 @@ class TurnBusy(Exception):
 
 class TurnPending(Exception):
     """A request with the same client turn id is still being answered elsewhere."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Repeat:
+    """A repeated client turn id's answer, rebuilt from its first run's reply."""
+
+    answer: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,113 +128,33 @@ class Turns:
         self._tools = tuple(tool_spec(t) for t in registry.tools())
         # Same-process turns of a session queue here instead of racing on the log.
         self._locks: dict[str, asyncio.Lock] = {}
-        # Answers stored after they were returned (see `flush`).
-        self._answers = WriteBehind("turn answer")
 
     # ------------------------------------------------------------------ entry point
 
     async def handle(self, request: TurnInput) -> dict[str, Any]:
-        """Answer one turn (or return the stored answer of a repeated client turn id)."""
+        """Answer one turn (or, for a repeated client turn id, the first run's answer)."""
         started = time.perf_counter()
         session_id = request.session.session_id
-        key: str | None = None
         turn_id = self._ids.new("turn")
-        if request.client_turn_id is not None:
-            key = f"{session_id}.{request.client_turn_id}"
-            with metrics.turn_phase("claim"):
-                stored = await self._claim_client_turn(key, turn_id)
-            if stored is not None:
-                return stored
         lock = self._locks.setdefault(session_id, asyncio.Lock())
         try:
             async with lock:
                 answer = await self._turn(request, turn_id)
-        except Exception:
-            if key is not None:
-                await self._release_client_turn(key, turn_id)
-            raise
         finally:
             if not lock.locked():
                 self._locks.pop(session_id, None)
-        if key is not None:
-            # Off the caller's path: a repeat until it lands waits on the pending claim.
-            self._store_later(key, answer)
+        if isinstance(answer, _Repeat):
+            return answer.answer
         metrics.ACCEPTANCE.observe(time.perf_counter() - started)
         return answer
 
-    async def flush(self) -> None:
-        """Wait for the answers still being stored (at shutdown, before the bus closes)."""
-        await self._answers.flush()
-
-    # ------------------------------------------------------------------ idempotency
-
-    async def _claim_client_turn(self, key: str, turn_id: str) -> dict[str, Any] | None:
-        """None when this request runs the turn; else the first request's answer."""
-        kv = self._rt.bucket("turns")
-        at = self._clock.now().timestamp()
-        pending = json.dumps({"state": "pending", "turn_id": turn_id, "at": at}).encode()
-        try:
-            await kv.create(key, pending)
-        except KeyWrongLastSequenceError:
-            return await self._stored_answer(key, pending)
-        return None
-
-    async def _release_client_turn(self, key: str, turn_id: str) -> None:
-        """A turn that failed before its answer (a 503 while the broker elects a leader)
-        gives its client turn id back, so the client's retry with the same id runs it
-        instead of waiting for an answer that will never be stored. What it appended
-        stays; intent keys keep the retry from admitting anything twice."""
-        kv = self._rt.bucket("turns")
-        with contextlib.suppress(Exception):
-            entry = await kv.get(key)
-            stored = json.loads(entry.value or b"{}")
-            if stored.get("state") == "pending" and stored.get("turn_id") == turn_id:
-                await kv.delete(key, last=entry.revision)
-
-    async def _stored_answer(self, key: str, pending: bytes) -> dict[str, Any] | None:
-        """The first request's answer once stored; None when this request takes the id over
-        (the first one gave it back, or died: pending for longer than a turn may stay open).
-        What the first one appended stays; intent keys keep this run from admitting twice."""
-        kv = self._rt.bucket("turns")
-        deadline = time.monotonic() + self._settings.turn_wait_s + self._settings.model_timeout_s
-        while True:
-            try:
-                entry = await kv.get(key)
-            except KeyNotFoundError:
-                entry = None
-            stored = json.loads(entry.value) if entry is not None and entry.value else None
-            verdict = claim_verdict(
-                stored, self._clock.now().timestamp(), self._settings.turn_timeout_s
-            )
-            if verdict == "answered":
-                assert stored is not None
-                answer: dict[str, Any] = stored["answer"]
-                return answer
-            if verdict == "take":
-                with contextlib.suppress(KeyWrongLastSequenceError):
-                    if entry is None:
-                        await kv.create(key, pending)
-                    else:
-                        await kv.update(key, pending, last=entry.revision)
-                    return None
-            if time.monotonic() >= deadline:
-                raise TurnPending(key)
-            await asyncio.sleep(0.05)
-
-    def _store_later(self, key: str, answer: dict[str, Any]) -> None:
-        async def store() -> None:
-            with metrics.turn_phase("store_answer"):
-                await self._rt.bucket("turns").put(
-                    key, json.dumps({"state": "answered", "answer": answer}).encode()
-                )
-
-        self._answers.start(store(), name=f"store-answer-{key}")
-
     # ------------------------------------------------------------------ the turn
 
-    async def _turn(self, request: TurnInput, turn_id: str) -> dict[str, Any]:
+    async def _turn(self, request: TurnInput, turn_id: str) -> dict[str, Any] | _Repeat:
         session_id = request.session.session_id
         received_at = await self._open_turn(session_id, turn_id, request)
+        if isinstance(received_at, _Repeat):
+            return received_at
         found = self._view.log(session_id)
         seen = SessionView(
             session=self._view.session(session_id) or request.session,
@@ -300,8 +223,8 @@ class Turns:
             turn_id=turn_id,
             text=text,
             response_id=response_id,
-            outcomes=outcomes,
-            attached=attached,
+            operations=turn_plan.replied_operations(outcomes),
+            attached_delivery_ids=[u.delivery_id for u in attached],
             channel=request.channel,
         )
 
@@ -318,19 +241,45 @@ class Turns:
             log.exception("model crashed on turn %s", request.turn_id)
         return None
 
-    async def _open_turn(self, session_id: str, turn_id: str, request: TurnInput) -> str:
-        """Append `turn.received` once no other turn of the session is open (any process)."""
+    async def _open_turn(
+        self, session_id: str, turn_id: str, request: TurnInput
+    ) -> str | _Repeat:
+        """Append `turn.received` once no other turn of the session is open (any process),
+        unless the request repeats a client turn id whose reply is in the log."""
         subject = self._rt.topology.session_subject(session_id)
-        deadline = time.monotonic() + self._settings.turn_wait_s
+        busy_deadline = time.monotonic() + self._settings.turn_wait_s
+        # A repeat waits as long as its first run may still take to answer.
+        pending_deadline = busy_deadline + self._settings.model_timeout_s
         expiry = timedelta(seconds=self._settings.turn_timeout_s)
-        for _ in range(_CONFLICT_RETRIES):
+        conflicts = 0
+        while True:
             found = self._view.log(session_id)
             seq = found.session_seq if found is not None else 0
-            open_turn = found.open_turn if found is not None else None
-            if open_turn is not None and self._clock.now() - open_turn[1] < expiry:
+            repeat_of = None
+            if found is not None and request.client_turn_id is not None:
+                repeat_of = found.client_turns.get(request.client_turn_id)
+            verdict = turn_plan.opening(
+                repeat_of=repeat_of,
+                replied=found is not None and repeat_of in found.replies,
+                open_turn=found.open_turn if found is not None else None,
+                now=self._clock.now(),
+                expiry=expiry,
+            )
+            if verdict == "answered":
+                assert found is not None
+                assert repeat_of is not None
+                return _Repeat(
+                    turn_plan.answer_of_reply(
+                        found.replies[repeat_of], found.turn_channels[repeat_of]
+                    )
+                )
+            if verdict != "open":
+                deadline = busy_deadline if verdict == "wait" else pending_deadline
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    raise TurnBusy(session_id)
+                    if verdict == "wait":
+                        raise TurnBusy(session_id)
+                    raise TurnPending(f"{session_id}.{request.client_turn_id}")
                 await self._view.wait_session_change(session_id, min(remaining, 0.5))
                 continue
             env = Envelope(
@@ -352,9 +301,13 @@ class Turns:
                         expected_last_subject_seq=seq, timings=self._rt.timings,
                     )
             except ConcurrencyConflict:
-                # Someone wrote to the session since our view of it: catch up and look again.
-                # Only the interaction stream is read again (sequence, open turn), so only it
-                # is waited for, not the backlog of the operation streams.
+                # Someone wrote to the session since our view of it: catch up and look again
+                # (a repeat of this client turn id may be what was written). Only the
+                # interaction stream is read again (sequence, open turn, client turn ids),
+                # so only it is waited for, not the backlog of the operation streams.
+                conflicts += 1
+                if conflicts > _CONFLICT_RETRIES:
+                    raise TurnBusy(session_id) from None
                 with metrics.turn_phase("conflict_sync"):
                     await self._view.sync(contexts=(Context.INTERACTION,))
                 continue
@@ -362,7 +315,6 @@ class Turns:
             with metrics.turn_phase("received_applied"):
                 await self._view.wait_applied(Context.INTERACTION, ack.seq)
             return env.event_id
-        raise TurnBusy(session_id)
 
     async def _act(
         self, ctx: TurnContext, actions: Sequence[turn_plan.Action]
@@ -464,6 +416,7 @@ class Turns:
                 text=text,
                 operation_ids=tuple(o.operation_id for o in outcomes if o.operation_id),
                 attached_delivery_ids=tuple(u.delivery_id for u in attached),
+                operations=turn_plan.replied_operations(outcomes),
             ),
         )
         subject = self._rt.topology.session_subject(ctx.session_id)
