@@ -22,7 +22,6 @@ POINTS = {
     "worker.after_provider_commit": "the provider answered success; the event is not written",
     "worker.after_started": "operation.started is written; the provider was not called",
     "worker.after_attempt_recorded": "operation.attempted is written; the outcome is not",
-    "coordinator.after_member_settled": "batch.member_settled is written; the claim is not",
     "coordinator.after_claim": "the final delivery key is claimed; delivery.ready is not written",
     "coordinator.after_ready": "delivery.ready is written; batch.drained is not",
     "coordinator.after_drained": "batch.drained is written; the message is not acknowledged",

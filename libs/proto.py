@@ -31,6 +31,7 @@ from libs.bus.deadletter import DeadLetter
 from libs.bus.topology import Context, Topology, event_kind
 from libs.events import (
     SCHEMA_VERSION,
+    BatchDrained,
     BatchEvent,
     BatchOpened,
     ControlEvent,
@@ -307,8 +308,8 @@ ROLES: Final[tuple[_Role, ...]] = (
         "batch-coordinator",
         "send",
         Context.BATCHES,
-        "Records settled members and the drain of each batch.",
-        exclude=(BatchOpened,),
+        "Records the drain of each batch, with how every member settled.",
+        only=(BatchDrained,),
     ),
     _Role(
         "batch-coordinator",
@@ -320,7 +321,7 @@ ROLES: Final[tuple[_Role, ...]] = (
         "batch-coordinator",
         "receive",
         Context.BATCHES,
-        "Takes each opened batch; its own settlements and drains it folds as it appends them.",
+        "Takes each opened batch; its own drains it folds as it appends them.",
         only=(BatchOpened,),
     ),
     _Role(

@@ -3,12 +3,25 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Literal
 
-from libs.events import BatchDrained, BatchEvent, BatchMemberSettled, BatchOpened, Envelope
+from libs.events import (
+    BatchDrained,
+    BatchEvent,
+    BatchMemberSettled,
+    BatchOpened,
+    Envelope,
+    OperationCancelled,
+    OperationCommitted,
+    OperationEvent,
+    OperationFailedFinal,
+    OperationRejected,
+    SettledMember,
+)
 
 from .evolving import evolved
 
@@ -37,7 +50,8 @@ def final_delivery_id(batch_id: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class BatchState:
-    """Members of a batch, which of them settled, and its closing delivery if created."""
+    """Members of a batch, its closing delivery if created, and how its members settled
+    (recorded by `batch.drained`; per member on batches of earlier versions)."""
 
     batch_id: str
     session_id: str
@@ -55,18 +69,14 @@ class BatchState:
 
     @property
     def drained(self) -> bool:
-        """Every member reached a terminal state."""
+        """The batch's log records every member's terminal state (it closed, or, on a
+        batch of an earlier version, every `batch.member_settled` is written)."""
         return bool(self.members) and all(m in self.settled for m in self.members)
 
     @property
     def closed(self) -> bool:
         """The batch's closing delivery exists (batch.drained was appended)."""
         return self.final_delivery_id is not None
-
-    @property
-    def closing_due(self) -> bool:
-        """Drained but not yet closed: the coordinator still owes the final delivery."""
-        return self.drained and not self.closed
 
 
 class BatchError(Exception):
@@ -103,64 +113,94 @@ def evolve(state: BatchState | None, env: Envelope[BatchEvent]) -> BatchState:
             settled = dict(state.settled)
             settled[op] = status
             return evolved(state, version=v, settled=MappingProxyType(settled))
-        case BatchDrained(final_delivery_id=delivery_id):
+        case BatchDrained(final_delivery_id=delivery_id, settled=members):
             if state.final_delivery_id not in (None, delivery_id):
                 raise BatchError(f"batch {batch_id} already closed by {state.final_delivery_id}")
-            return evolved(state, version=v, final_delivery_id=delivery_id)
+            if not members:
+                return evolved(state, version=v, final_delivery_id=delivery_id)
+            merged = {**state.settled, **{m.operation_id: m.status for m in members}}
+            return evolved(
+                state, version=v, final_delivery_id=delivery_id, settled=MappingProxyType(merged)
+            )
     raise BatchError(f"unhandled batch event {type(event).__name__}")
 
 
-def decide_settle(
-    state: BatchState, operation_id: str, status: MemberStatus, final_delivery_id: str
-) -> list[BatchEvent]:
-    """Events to append when a member reaches a terminal state (none if already known)."""
-    if operation_id not in state.members or operation_id in state.settled:
-        return []
-    events: list[BatchEvent] = [BatchMemberSettled(member_operation_id=operation_id, status=status)]
-    settled = {**state.settled, operation_id: status}
-    if state.final_delivery_id is None and all(m in settled for m in state.members):
-        events.append(_drained(settled, final_delivery_id))
-    return events
+def member_status(event: OperationEvent) -> MemberStatus | None:
+    """The terminal status an operation event settles a batch member with, if any."""
+    match event:
+        case OperationCommitted():
+            return "committed"
+        case OperationFailedFinal():
+            return "failed_final"
+        case OperationCancelled():
+            return "cancelled"
+        case OperationRejected():
+            return "rejected"
+        case _:
+            return None
 
 
-@dataclass(frozen=True, slots=True)
-class MemberTerminal:
-    """Input: an operation of the batch reached a terminal state."""
+def settlement(
+    state: BatchState, terminal: Mapping[str, MemberStatus], order: Mapping[str, int]
+) -> dict[str, MemberStatus] | None:
+    """Every member's terminal status, in the order reached, once all have one; else None.
 
-    operation_id: str
-    status: MemberStatus
+    `terminal` is each operation's first terminal status and `order` where it was seen (the
+    operations stream's sequence), both from the operations stream: the batch's own log
+    records its members' statuses only when it closes. A member settled in that log (a
+    batch of an earlier version) keeps the status it recorded. None once closed.
+    """
+    if state.closed or not state.members:
+        return None
+    found: list[tuple[int, str, MemberStatus]] = []
+    for member in state.members:
+        status = state.settled.get(member) or terminal.get(member)
+        if status is None:
+            return None
+        found.append((order.get(member, 0), member, status))
+    return {member: status for _, member, status in sorted(found)}
+
+
+def as_settled_so_far(state: BatchState, terminal: Mapping[str, MemberStatus]) -> BatchState:
+    """The batch as a reader shows it before its closing: the members already terminal in
+    the operations stream settled (its own log records them only when it closes)."""
+    if state.closed:
+        return state
+    settled = {
+        m: status
+        for m in state.members
+        if (status := state.settled.get(m) or terminal.get(m)) is not None
+    }
+    if len(settled) == len(state.settled):
+        return state
+    return evolved(state, settled=MappingProxyType(settled))
 
 
 @dataclass(frozen=True, slots=True)
 class CloseBatch:
-    """Input: the closing delivery exists; record that the batch is closed."""
+    """Input: the closing delivery exists; record that the batch is closed, and how each
+    member settled."""
 
     final_delivery_id: str
+    settled: Mapping[str, MemberStatus]
 
 
-BatchInput = MemberTerminal | CloseBatch
+def decide(state: BatchState, command: CloseBatch) -> list[BatchEvent]:
+    """The coordinator's decider: close the batch once its closing delivery exists.
 
-
-def decide(state: BatchState, command: BatchInput) -> list[BatchEvent]:
-    """The coordinator's decider, one step at a time.
-
-    Settling and closing are separate steps so that `batch.drained` is only appended after
-    `delivery.ready` exists: a batch that is drained but not closed tells a restarted
-    coordinator exactly which step is left.
+    `batch.drained` is only appended after `delivery.ready` exists, so an open batch whose
+    members are all terminal tells a restarted coordinator exactly which step is left.
     """
-    match command:
-        case MemberTerminal(operation_id=op, status=status):
-            if op not in state.members or op in state.settled:
-                return []
-            return [BatchMemberSettled(member_operation_id=op, status=status)]
-        case CloseBatch(final_delivery_id=delivery_id):
-            if not state.closing_due:
-                return []
-            return [_drained(dict(state.settled), delivery_id)]
+    if state.closed or not state.members or any(m not in command.settled for m in state.members):
+        return []
+    return [_drained(dict(command.settled), command.final_delivery_id)]
 
 
 def _drained(settled: dict[str, MemberStatus], delivery_id: str) -> BatchDrained:
     committed = sum(1 for s in settled.values() if s == "committed")
     return BatchDrained(
-        final_delivery_id=delivery_id, committed=committed, failed=len(settled) - committed
+        final_delivery_id=delivery_id,
+        committed=committed,
+        failed=len(settled) - committed,
+        settled=tuple(SettledMember(operation_id=m, status=s) for m, s in settled.items()),
     )

@@ -1,6 +1,6 @@
 """The event contract: one module per bounded context, one tagged union per stream."""
 
-from .batches import BatchDrained, BatchEvent, BatchMemberSettled, BatchOpened
+from .batches import BatchDrained, BatchEvent, BatchMemberSettled, BatchOpened, SettledMember
 from .codec import (
     BATCHES,
     CONTROL,
@@ -143,6 +143,7 @@ __all__ = [
     "ResponseStarted",
     "SessionClosed",
     "SessionOpened",
+    "SettledMember",
     "SpeechStarted",
     "SpeechStopped",
     "ToolCallsReceived",

@@ -25,9 +25,16 @@ class BatchOpened(_Event, frozen=True, kw_only=True, tag="batch.opened"):
 
 
 class BatchMemberSettled(_Event, frozen=True, kw_only=True, tag="batch.member_settled"):
-    """One member of the batch reached a terminal state."""
+    """One member of the batch reached a terminal state (batches closed before `settled`)."""
 
     member_operation_id: str
+    status: MemberStatus
+
+
+class SettledMember(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One member of a closed batch and the first terminal status it reached."""
+
+    operation_id: str
     status: MemberStatus
 
 
@@ -37,6 +44,9 @@ class BatchDrained(_Event, frozen=True, kw_only=True, tag="batch.drained"):
     final_delivery_id: str
     committed: int
     failed: int
+    # Every member, in the order they reached their terminal state. Empty on batches
+    # closed before it existed, whose log has one `batch.member_settled` per member.
+    settled: tuple[SettledMember, ...] = ()
 
 
 BatchEvent = BatchOpened | BatchMemberSettled | BatchDrained

@@ -152,21 +152,6 @@ def silent_members(
     ]
 
 
-def member_status(event: OperationEvent) -> MemberStatus | None:
-    """The terminal status an operation event settles a member with, if any."""
-    match event:
-        case OperationCommitted():
-            return "committed"
-        case OperationFailedFinal():
-            return "failed_final"
-        case OperationCancelled():
-            return "cancelled"
-        case OperationRejected():
-            return "rejected"
-        case _:
-            return None
-
-
 def progress_delivery_id(operation_event_id: str) -> str:
     """A progress note's delivery id, derived from the progress event so a redelivery repeats it."""
     digest = hashlib.sha256(f"progress:{operation_event_id}".encode()).hexdigest()[:24]

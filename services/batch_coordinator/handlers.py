@@ -1,11 +1,14 @@
 """The coordinator's shell: fold events, decide with the pure batch decider, append.
 
-The batch subject (a wildcard over the batch's event kinds) is the aggregate. Each step is
-appended with Nats-Expected-Last-Subject-Sequence, checked over every kind, and the steps
-are ordered so that any crash leaves a state that says what is left to do:
+The batch subject (a wildcard over the batch's event kinds) is the aggregate. A batch is
+due once every member's first terminal event is in the operations stream (the pure
+`settlement`; the coordinator folds that stream anyway, so the batch's log records its
+members only once, in `batch.drained`). Each step is appended with
+Nats-Expected-Last-Subject-Sequence, checked over every kind, and the steps are ordered so
+that any crash leaves a state that says what is left to do:
 
-    batch.member_settled (per member)  ->  claim `batch:{id}:final`  ->  delivery.ready
-    (on the delivery subject, expected sequence 0)  ->  batch.drained
+    claim `batch:{id}:final`  ->  delivery.ready (on the delivery subject, expected
+    sequence 0)  ->  batch.drained (every member and how it settled)
 
 The delivery id is derived from the batch id, so a restart between the claim and the
 append re-appends the very same `delivery.ready`, and the delivery subject's expected
@@ -39,10 +42,10 @@ from libs.domain.batch import (
     BatchState,
     CloseBatch,
     MemberStatus,
-    MemberTerminal,
     claim_key,
     final_delivery_id,
     final_delivery_key,
+    member_status,
 )
 from libs.events import (
     BATCHES,
@@ -64,7 +67,6 @@ from .domain import (
     MemberView,
     Worded,
     evolve_member,
-    member_status,
     needs_model,
     outcome_of,
     priority_of,
@@ -83,8 +85,8 @@ _MAX_CONFLICTS = 8
 class Coordinator:
     """Batch projections plus the handlers that close each batch exactly once."""
 
-    # The batch events its consumer asks the broker for. `batch.member_settled` and
-    # `batch.drained` are its own: `_append_batch` folds each one as it is appended, and a
+    # The batch events its consumer asks the broker for. `batch.drained` is its own:
+    # `_append_batch` folds it as it is appended, and a
     # writer it did not hear from (another copy of this partition during a handoff) makes
     # its next append conflict, which reloads the whole batch through its wildcard subject.
     CONSUMED_BATCH_EVENTS: ClassVar[tuple[type[BatchEvent], ...]] = (BatchOpened,)
@@ -115,8 +117,10 @@ class Coordinator:
             evolve_member, key=lambda env: env.operation_id or ""
         )
         # First terminal status seen per operation, whatever the state machine thinks of
-        # a duplicate: the batch only needs to know that the member is done.
+        # a duplicate: the batch only needs to know that the member is done. With where
+        # it was seen (stream sequence): the closing records members in that order.
         self.terminal: dict[str, MemberStatus] = {}
+        self.terminal_order: dict[str, int] = {}
         self.op_batch: dict[str, str] = {}
         self.last_terminal_at: dict[str, datetime] = {}
         self.hydrated = asyncio.Event()
@@ -187,6 +191,7 @@ class Coordinator:
         if status is not None:
             first = op_id not in self.terminal
             self.terminal.setdefault(op_id, status)
+            self.terminal_order.setdefault(op_id, seq)
             batch_id = env.batch_id or self.op_batch.get(op_id)
             state = self.batches.get(batch_id) if batch_id else None
             if not first and state is not None and state.closed:
@@ -196,7 +201,7 @@ class Coordinator:
     # ------------------------------------------------------------------ batch steps
 
     async def advance(self, session_id: str, batch_id: str, *, cause: str | None) -> None:
-        """Settle every member known to be terminal, and close the batch once drained."""
+        """Close the batch once every member is known to be terminal."""
         lock = self._locks.setdefault(batch_id, asyncio.Lock())
         async with lock:
             for _ in range(_MAX_CONFLICTS):
@@ -212,18 +217,15 @@ class Coordinator:
     async def _advance(self, session_id: str, batch_id: str, cause: str | None) -> None:
         state, seq = await self._batch(session_id, batch_id)
         if state is None:
-            # Not opened (yet): batch.opened settles what is already terminal.
+            # Not opened (yet): batch.opened closes it if its members are already terminal.
             return
-        for member in state.members:
-            status = self.terminal.get(member)
-            if status is None:
-                continue
-            events = batch_domain.decide(state, MemberTerminal(member, status))
-            state, seq = await self._append_batch(state, seq, events, cause)
-        if state.closing_due:
-            await self._close(state, seq, cause)
+        settled = batch_domain.settlement(state, self.terminal, self.terminal_order)
+        if settled is not None:
+            await self._close(state, seq, settled, cause)
 
-    async def _close(self, state: BatchState, seq: int, cause: str | None) -> None:
+    async def _close(
+        self, state: BatchState, seq: int, settled: dict[str, MemberStatus], cause: str | None
+    ) -> None:
         delivery_id = final_delivery_id(state.batch_id)
         try:
             key = claim_key(final_delivery_key(state.batch_id))
@@ -235,7 +237,7 @@ class Coordinator:
         crash_point("coordinator.after_claim")
         members = [await self._member(state.session_id, m) for m in state.members]
         outcomes = [
-            outcome_of(m, state.settled[m], s, self._declaration(s))
+            outcome_of(m, settled[m], s, self._declaration(s))
             for m, s in zip(state.members, members, strict=True)
         ]
         text = await self._summary(outcomes)
@@ -271,7 +273,7 @@ class Coordinator:
             # Appended before a crash: the subject holds the one closing already.
             log.info("batch %s: closing %s already ready", state.batch_id, delivery_id)
         crash_point("coordinator.after_ready")
-        drained = batch_domain.decide(state, CloseBatch(delivery_id))
+        drained = batch_domain.decide(state, CloseBatch(delivery_id, settled))
         await self._append_batch(state, seq, drained, ready.event_id)
 
     def _declaration(self, state: Worded | None) -> ToolDeclaration | None:
@@ -294,7 +296,7 @@ class Coordinator:
         event = env.event
         assert isinstance(event, OperationProgress)
         state, _seq = await self._batch(env.session_id, batch_id)
-        if state is None or state.drained or state.closed:
+        if state is None or state.closed or self._due(state):
             # Never a note after (or racing) the closing.
             return
         delivery_id = progress_delivery_id(env.event_id)
@@ -320,6 +322,9 @@ class Coordinator:
             await self.store.append(DELIVERIES, subject, note, expected_last_subject_seq=0)
         except ConcurrencyConflict:
             return
+
+    def _due(self, state: BatchState) -> bool:
+        return batch_domain.settlement(state, self.terminal, self.terminal_order) is not None
 
     # ------------------------------------------------------------------ loading
 

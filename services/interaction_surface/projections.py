@@ -39,6 +39,7 @@ from libs.domain import (
     operation,
     session,
 )
+from libs.domain.batch import MemberStatus
 from libs.events import (
     AgentHandedOff,
     Envelope,
@@ -169,6 +170,9 @@ class SurfaceView:
         )
         self.sessions: Projection[SessionState, Any] = Projection(session.evolve, _session_key)
         self.operations: Projection[OperationState, Any] = Projection(operation.evolve, _op_key)
+        # Each operation's first terminal status: how it settled its batch, shown before the
+        # batch's own log records it at the closing.
+        self.terminal: dict[str, MemberStatus] = {}
         self.batches: Projection[BatchState, Any] = Projection(batch.evolve, _batch_key)
         self.deliveries: Projection[DeliveryState, Any] = Projection(
             delivery.evolve, _delivery_key
@@ -209,7 +213,11 @@ class SurfaceView:
         found = self.logs.get(session_id)
         if found is None:
             return []
-        return [s for b in found.batch_ids if (s := self.batches.get(b)) is not None]
+        return [
+            batch.as_settled_so_far(s, self.terminal)
+            for b in found.batch_ids
+            if (s := self.batches.get(b)) is not None
+        ]
 
     def session_deliveries(self, session_id: str) -> list[DeliveryState]:
         """The session's deliveries, in order of readiness."""
@@ -294,6 +302,9 @@ class SurfaceView:
                 if env.operation_id and env.operation_id not in self.operations.states:
                     found.operation_ids.append(env.operation_id)
                 self.operations.apply(env, seq)
+                status = batch.member_status(env.event)
+                if status is not None and env.operation_id:
+                    self.terminal.setdefault(env.operation_id, status)
             case Context.BATCHES:
                 if env.batch_id and env.batch_id not in self.batches.states:
                     found.batch_ids.append(env.batch_id)

@@ -28,7 +28,6 @@ from libs.events import (
     OPERATIONS,
     BatchDrained,
     BatchEvent,
-    BatchMemberSettled,
     BatchOpened,
     DeliveryDecided,
     DeliveryDelivered,
@@ -289,8 +288,8 @@ class Scripted:
 async def assert_one_final(scripted: Scripted, session: str, batch: str) -> Envelope[Any]:
     """Exactly one final delivery.ready for the batch, in causal order with the batch events.
 
-    Order: every member settled, then delivery.ready (caused by a terminal operation event),
-    then batch.drained naming it (caused by the ready event). Returns the ready envelope.
+    Order: delivery.ready (caused by a terminal operation event), then batch.drained naming
+    it (caused by the ready event) and every member once. Returns the ready envelope.
     """
     finals = [e for e in await scripted.finals(session) if e.batch_id == batch]
     assert len(finals) == 1, f"expected one final for {batch}, got {len(finals)}"
@@ -299,11 +298,11 @@ async def assert_one_final(scripted: Scripted, session: str, batch: str) -> Enve
     events = [e for e in await scripted.batch_events(session) if e.batch_id == batch]
     opened = events[0].event
     assert isinstance(opened, BatchOpened)
-    settled = [e.event.member_operation_id for e in events
-               if isinstance(e.event, BatchMemberSettled)]
-    assert sorted(settled) == sorted(opened.operation_ids), "each member settled exactly once"
     drained = [e for e in events if isinstance(e.event, BatchDrained)]
     assert len(drained) == 1
+    assert [type(e.event) for e in events] == [BatchOpened, BatchDrained]
+    settled = [m.operation_id for m in drained[0].event.settled]  # type: ignore[union-attr]
+    assert sorted(settled) == sorted(opened.operation_ids), "each member settled exactly once"
     assert events[-1] is drained[0], "batch.drained is the batch's last event"
     assert drained[0].event.final_delivery_id == ready.delivery_id  # type: ignore[union-attr]
     assert drained[0].causation_id == ready.event_id

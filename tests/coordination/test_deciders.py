@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from libs.domain import batch as batch_domain
 from libs.domain import delivery as delivery_domain
-from libs.domain.batch import BatchState, CloseBatch, MemberTerminal, final_delivery_id
+from libs.domain.batch import BatchState, CloseBatch, MemberStatus, final_delivery_id
 from libs.domain.channel import (
     ChannelState,
     GatePolicy,
@@ -27,6 +27,7 @@ from libs.domain.delivery import DeliveryState, DeliveryStatus
 from libs.domain.sync_mode import sync_mode
 from libs.events import (
     BatchDrained,
+    BatchMemberSettled,
     BatchOpened,
     ChannelConnected,
     ChannelDisconnected,
@@ -73,14 +74,17 @@ def _delivery(**changes: Any) -> DeliveryState:
     steps=st.lists(st.tuples(st.integers(0, 3), st.sampled_from(
         ["committed", "failed_final", "cancelled", "rejected"]), st.booleans()), max_size=16),
 )
-def test_batch_decider_closes_at_most_once_and_only_when_drained(
-    members: int, steps: list[tuple[int, str, bool]]
+def test_batch_decider_closes_at_most_once_and_only_when_every_member_is_terminal(
+    members: int, steps: list[tuple[int, MemberStatus, bool]]
 ) -> None:
     ops = tuple(f"op{i}" for i in range(members))
     state = batch_domain.evolve(None, _env(BatchOpened(operation_ids=ops), batch_id="b1"))
     history = [_env(BatchOpened(operation_ids=ops), batch_id="b1")]
+    # What the coordinator folds from the operations stream: first terminal status, and where.
+    terminal: dict[str, MemberStatus] = {}
+    order: dict[str, int] = {}
     drained = 0
-    for index, status, restart in steps:
+    for seq, (index, status, restart) in enumerate(steps, start=1):
         if restart:
             # A restart rebuilds the state from the appended events alone.
             rebuilt: BatchState | None = None
@@ -88,18 +92,49 @@ def test_batch_decider_closes_at_most_once_and_only_when_drained(
                 rebuilt = batch_domain.evolve(rebuilt, env)
             assert rebuilt == state
         op = f"op{index % members}"
-        for event in batch_domain.decide(state, MemberTerminal(op, status)):  # type: ignore[arg-type]
-            history.append(_env(event, batch_id="b1"))
-            state = batch_domain.evolve(state, history[-1])
-        for event in batch_domain.decide(state, CloseBatch(final_delivery_id("b1"))):
-            assert state.drained
+        terminal.setdefault(op, status)
+        order.setdefault(op, seq)
+        settled = batch_domain.settlement(state, terminal, order)
+        if settled is None:
+            assert state.closed or any(m not in terminal for m in ops)
+            continue
+        assert settled == {m: terminal[m] for m in ops}
+        assert list(settled) == sorted(ops, key=order.__getitem__), "in the order reached"
+        for event in batch_domain.decide(state, CloseBatch(final_delivery_id("b1"), settled)):
             drained += 1
             history.append(_env(event, batch_id="b1"))
             state = batch_domain.evolve(state, history[-1])
     assert drained <= 1
-    assert drained == (1 if state.drained else 0)
-    closes = [e for e in history if isinstance(e.event, BatchDrained)]
+    assert drained == (1 if all(m in terminal for m in ops) else 0)
+    closes = [e.event for e in history if isinstance(e.event, BatchDrained)]
     assert len(closes) == drained
+    if closes:
+        assert state.closed
+        assert state.drained
+        assert [(m.operation_id, m.status) for m in closes[0].settled] == sorted(
+            terminal.items(), key=lambda item: order[item[0]]
+        )
+        assert (closes[0].committed, closes[0].failed) == (
+            sum(1 for v in terminal.values() if v == "committed"),
+            sum(1 for v in terminal.values() if v != "committed"),
+        )
+
+
+def test_a_batch_closes_only_with_every_member_and_shows_members_settled_before() -> None:
+    opened = batch_domain.evolve(None, _env(BatchOpened(operation_ids=("a", "b")), batch_id="b1"))
+    assert batch_domain.decide(opened, CloseBatch("d1", {"a": "committed"})) == []
+    shown = batch_domain.as_settled_so_far(opened, {"a": "committed", "z": "rejected"})
+    assert dict(shown.settled) == {"a": "committed"}
+    assert not shown.drained
+    assert not shown.closed
+    # A batch of an earlier version settled its members in its own log, which stands.
+    old = batch_domain.evolve(opened, _env(
+        BatchMemberSettled(member_operation_id="a", status="failed_final"), batch_id="b1"
+    ))
+    assert batch_domain.settlement(old, {"a": "committed"}, {}) is None
+    assert batch_domain.settlement(old, {"a": "committed", "b": "committed"}, {}) == {
+        "a": "failed_final", "b": "committed"
+    }
 
 
 def test_the_final_delivery_id_is_a_stable_subject_token() -> None:

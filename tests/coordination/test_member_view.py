@@ -18,6 +18,7 @@ import msgspec
 
 from libs.domain import OperationState
 from libs.domain import operation as operation_domain
+from libs.domain.batch import member_status
 from libs.events import (
     Envelope,
     OperationAdmitted,
@@ -46,7 +47,6 @@ from services.batch_coordinator.domain import (
     COORDINATED,
     MemberView,
     evolve_member,
-    member_status,
     outcome_of,
     priority_of,
 )

@@ -17,6 +17,8 @@ from libs.domain.batch import final_delivery_id
 from libs.domain.delivery import DeliveryStatus
 from libs.events import (
     AgentHandedOff,
+    BatchDrained,
+    BatchOpened,
     ChannelConnected,
     ChannelDisconnected,
     DeliveryAttached,
@@ -115,9 +117,11 @@ async def test_two_members_finish_in_reverse_order(scripted: Scripted, services:
     )
     await scripted.commit(session, batch, "gamma")
     await scripted.commit(session, batch, "beta")
-    # Nothing closes while a member is still running.
-    await eventually(lambda: _settled_count(scripted, session, 2))
+    # Nothing closes while a member is still running (once the coordinator has handled
+    # both commits: every durable consumer has acknowledged everything).
+    await drained(scripted.js, scripted.topology)
     assert await scripted.finals(session) == []
+    assert [type(e.event) for e in await scripted.batch_events(session)] == [BatchOpened]
     last = await scripted.commit(session, batch, "alpha")
     await eventually(lambda: scripted.finals(session))
     ready = await assert_one_final(scripted, session, batch)
@@ -125,14 +129,9 @@ async def test_two_members_finish_in_reverse_order(scripted: Scripted, services:
     assert isinstance(ready.event, DeliveryReady)
     assert ready.event.source_operation_ids == ("alpha", "beta", "gamma")
     assert ready.event.text == "All done: alpha, beta and gamma."
-    settled = [e.event.member_operation_id for e in await scripted.batch_events(session)  # type: ignore[union-attr]
-               if type(e.event).__name__ == "BatchMemberSettled"]
-    assert settled == ["gamma", "beta", "alpha"]
-
-
-async def _settled_count(scripted: Scripted, session: str, n: int) -> bool:
-    events = await scripted.batch_events(session)
-    return sum(1 for e in events if type(e.event).__name__ == "BatchMemberSettled") >= n
+    closing = (await scripted.batch_events(session))[-1].event
+    assert isinstance(closing, BatchDrained)
+    assert [m.operation_id for m in closing.settled] == ["gamma", "beta", "alpha"]
 
 
 async def test_a_callback_arrives_twice(scripted: Scripted, services: Services) -> None:
@@ -249,7 +248,7 @@ async def test_restart_after_the_effect_and_before_the_follow_up(
 
 @pytest.mark.parametrize(
     "point",
-    ["coordinator.after_member_settled", "coordinator.after_claim", "coordinator.after_ready"],
+    ["coordinator.after_claim", "coordinator.after_ready", "coordinator.after_drained"],
 )
 async def test_coordinator_crash_at_each_step_still_closes_once(
     scripted: Scripted, services: Services, point: str

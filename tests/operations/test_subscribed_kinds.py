@@ -13,6 +13,7 @@ import msgspec
 from libs.bus import Topology
 from libs.domain import OperationFacts, OperationState, OpStatus
 from libs.domain import operation as operation_domain
+from libs.domain.batch import member_status
 from libs.domain.channel import FACT_EVENTS, evolve_facts
 from libs.events import (
     OperationAdmitted,
@@ -20,7 +21,7 @@ from libs.events import (
     OperationEvent,
     OperationProgress,
 )
-from services.batch_coordinator.domain import COORDINATED, member_status
+from services.batch_coordinator.domain import COORDINATED
 from services.operation_worker.domain import DISPATCHED, policy
 from tests.support.events import envelope
 

@@ -15,12 +15,12 @@ from libs.events import (
     DELIVERIES,
     OPERATIONS,
     BatchDrained,
-    BatchMemberSettled,
     BatchOpened,
     DeliveryReady,
     OperationAdmitted,
     OperationCommitted,
     OperationStarted,
+    SettledMember,
 )
 from libs.models import MockModel
 from services.batch_coordinator.handlers import Coordinator
@@ -84,17 +84,24 @@ async def test_a_batch_closes_once_with_one_delivery() -> None:
     delivery_subject = topo.delivery_subject("s1", final_delivery_id("b1"))
 
     await _commit(store, coordinator, "op1")
-    # One member still running: settled, but no closing yet.
-    assert await _batch_types(store, batch_subject) == [BatchOpened, BatchMemberSettled]
+    # One member still running: known terminal, but nothing written and no closing yet.
+    assert coordinator.terminal["op1"] == "committed"
+    assert await _batch_types(store, batch_subject) == [BatchOpened]
     assert (await store.read_subject("d", delivery_subject, DELIVERIES)).items == []
 
     last = await _commit(store, coordinator, "op2")
     # A redelivered terminal event (a callback twice) must not close the batch again.
     await coordinator.on_operation(last)
 
-    assert await _batch_types(store, batch_subject) == [
-        BatchOpened, BatchMemberSettled, BatchMemberSettled, BatchDrained
-    ]
+    assert await _batch_types(store, batch_subject) == [BatchOpened, BatchDrained]
+    drained = (await store.read_subject("b", batch_subject, BATCHES)).items[-1].envelope.event
+    assert isinstance(drained, BatchDrained)
+    # Every member once, in the order they committed.
+    assert drained.settled == (
+        SettledMember(operation_id="op1", status="committed"),
+        SettledMember(operation_id="op2", status="committed"),
+    )
+    assert (drained.committed, drained.failed) == (2, 0)
     ready = (await store.read_subject("d", delivery_subject, DELIVERIES)).items
     assert len(ready) == 1
     assert isinstance(ready[0].envelope.event, DeliveryReady)
