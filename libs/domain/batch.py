@@ -150,15 +150,12 @@ def settlement(
     records its members' statuses only when it closes. A member settled in that log (a
     batch of an earlier version) keeps the status it recorded. None once closed.
     """
-    if state.closed or not state.members:
+    if state.closed:
         return None
-    found: list[tuple[int, str, MemberStatus]] = []
-    for member in state.members:
-        status = state.settled.get(member) or terminal.get(member)
-        if status is None:
-            return None
-        found.append((order.get(member, 0), member, status))
-    return {member: status for _, member, status in sorted(found)}
+    shown = as_settled_so_far(state, terminal)
+    if not shown.drained:
+        return None
+    return dict(sorted(shown.settled.items(), key=lambda item: order.get(item[0], 0)))
 
 
 def as_settled_so_far(state: BatchState, terminal: Mapping[str, MemberStatus]) -> BatchState:

@@ -51,7 +51,6 @@ class SessionState:
     token_hash: str
     closed: bool = False
     messages: tuple[Message, ...] = ()
-    client_turns: tuple[tuple[str, str], ...] = ()
     user_active: bool = False
     response_active: bool = False
     playback_active: bool = False
@@ -87,16 +86,11 @@ def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> Sessi
             raise SessionError(f"session {state.session_id} is already open")
         case SessionClosed():
             return evolved(state, closed=True)
-        case TurnReceived(text=text, client_turn_id=client_turn_id):
-            turns = state.client_turns
-            if client_turn_id is not None:
-                turns = (*turns, (client_turn_id, env.turn_id or ""))
+        case TurnReceived(text=text):
+            # Its client turn id is indexed by the surface's view (`SessionLog.client_turns`).
             message = Message(role="user", text=text, turn_id=env.turn_id)
             return evolved(
-                state,
-                messages=(*state.messages, message),
-                client_turns=turns,
-                last_channel=event.channel,
+                state, messages=(*state.messages, message), last_channel=event.channel
             )
         case TurnReplied(text=text):
             message = Message(
