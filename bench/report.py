@@ -351,7 +351,8 @@ def markdown(latest: Json, measures: list[tuple[str, Pcts]]) -> str:
         f"{c['raw_sequential_publish_per_s']}/s sequential. The broker alone acknowledges "
         f"{c['raw_pipelined_publishes_per_committed_operation']}x more publishes per second "
         "than the runtime commits operations: one operation is several acked appends (admitted, "
-        "dispatched work item, started, attempted, committed, batch and delivery events), each "
+        "started, committed carrying its attempt, and its share of the batch and delivery "
+        "events), each "
         "with a dedup id and an expected sequence, plus the consumers' reads and the provider's "
         "HTTP round trip.",
         "",

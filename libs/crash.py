@@ -21,7 +21,9 @@ _ARMED = frozenset(
 POINTS = {
     "worker.after_provider_commit": "the provider answered success; the event is not written",
     "worker.after_started": "operation.started is written; the provider was not called",
-    "worker.after_attempt_recorded": "operation.attempted is written; the outcome is not",
+    "worker.after_attempt_recorded": (
+        "an unsuccessful attempt's operation.attempted is written; what it decides is not"
+    ),
     "coordinator.after_claim": "the final delivery key is claimed; delivery.ready is not written",
     "coordinator.after_ready": "delivery.ready is written; batch.drained is not",
     "coordinator.after_drained": "batch.drained is written; the message is not acknowledged",

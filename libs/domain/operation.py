@@ -266,7 +266,7 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
             return evolved(state, version=v, status=S.FAILED_RETRYABLE, failure=RECONCILED_FAILURE)
         case OperationUnknown(reason=reason):
             return evolved(state, version=v, status=S.UNKNOWN, failure=reason)
-        case OperationCommitted(result=result, provider_ref=ref):
+        case OperationCommitted(result=result, provider_ref=ref, attempt=None):
             return evolved(
                 state,
                 version=v,
@@ -275,6 +275,19 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
                 failure=None,
                 awaiting_async=False,
                 provider_ref=ref or state.provider_ref,
+            )
+        case OperationCommitted(result=result, provider_ref=ref):
+            # A successful attempt's commit counts the attempt it records.
+            return evolved(
+                state,
+                version=v,
+                status=S.COMMITTED,
+                result=result,
+                failure=None,
+                awaiting_async=False,
+                provider_ref=ref or state.provider_ref,
+                attempts=state.attempts + 1,
+                last_attempt_at=env.occurred_at,
             )
         case OperationFailedFinal():
             return evolved(state, version=v, status=S.FAILED_FINAL, failure=final_failure(event))

@@ -50,6 +50,7 @@ from .interaction import (
 )
 from .operations import (
     AttemptOutcome,
+    AttemptRecord,
     CompletionSource,
     OperationAdmitted,
     OperationAttempted,
@@ -84,6 +85,7 @@ __all__ = [
     "WORK",
     "AgentHandedOff",
     "AttemptOutcome",
+    "AttemptRecord",
     "Backchannel",
     "BargeIn",
     "BatchDrained",

@@ -135,12 +135,24 @@ class OperationReconciled(_Event, frozen=True, kw_only=True, tag="operation.reco
     detail: str = ""
 
 
+class AttemptRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """A successful HTTP try, recorded in the commit it decided."""
+
+    attempt: int
+    http_status: int | None = None
+    duration_ms: float = 0.0
+    detail: str = ""
+
+
 class OperationCommitted(_Event, frozen=True, kw_only=True, tag="operation.committed"):
     """The system of record confirmed the effect."""
 
     result: dict[str, Any]
     provider_ref: str | None = None
     via: CompletionSource = "response"
+    # Set when the commit is a successful attempt's answer: that attempt's record, which no
+    # separate `operation.attempted` repeats (every other outcome is recorded on its own).
+    attempt: AttemptRecord | None = None
 
 
 class OperationFailedFinal(_Event, frozen=True, kw_only=True, tag="operation.failed_final"):

@@ -177,6 +177,9 @@ def diagnose(items: Sequence[Item]) -> dict[str, Any]:
 
 
 def _apply_operation(op: _Op, kind: str, data: dict[str, Any], at: str) -> None:
+    if kind == "operation.committed" and data.get("attempt") is not None:
+        # A successful attempt is recorded in its commit, not in an operation.attempted.
+        op.attempts += 1
     if kind in _TERMINAL:
         op.status = _TERMINAL[kind]
         op.ended_at = at

@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 from libs.domain import OperationState, OpStatus, operation
 from libs.events import (
+    AttemptRecord,
     CancelOperation,
     CompletionSource,
     Envelope,
@@ -131,7 +132,18 @@ def after_attempt(
     match result.outcome:
         case "success":
             return AfterAttempt(
-                [OperationCommitted(result=result.result, provider_ref=result.provider_ref)]
+                [
+                    OperationCommitted(
+                        result=result.result,
+                        provider_ref=result.provider_ref,
+                        attempt=AttemptRecord(
+                            attempt=attempt,
+                            http_status=result.http_status,
+                            duration_ms=round(result.duration_ms, 3),
+                            detail=result.detail[:500],
+                        ),
+                    )
+                ]
             )
         case "accepted_async":
             return AfterAttempt([])
@@ -342,8 +354,12 @@ def started(state: OperationState, worker_id: str) -> OperationStarted:
     return OperationStarted(worker_id=worker_id, attempt=state.attempts + 1)
 
 
-def attempted(attempt: int, result: AttemptResult) -> OperationAttempted:
-    """The record of one attempt's classified outcome."""
+def attempted(attempt: int, result: AttemptResult) -> OperationAttempted | None:
+    """The record of one attempt's classified outcome, appended before what it decides;
+    None for a success, whose commit carries its record (`after_attempt`): one guarded
+    append per successful attempt instead of two, on the path every operation takes."""
+    if result.outcome == "success":
+        return None
     return OperationAttempted(
         attempt=attempt,
         outcome=result.outcome,

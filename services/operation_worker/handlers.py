@@ -442,8 +442,11 @@ class Worker:
         return self._settings.poll_interval_s * 4
 
     async def _attempt(self, op: _Op, declaration: ToolDeclaration) -> _Op | None:
-        op = await self._append(op, started(op.state, self._settings.worker_id))
-        attempt = op.state.attempts
+        opening = started(op.state, self._settings.worker_id)
+        op = await self._append(op, opening)
+        # The attempt's number is the one its `operation.started` opened (attempts so far
+        # + 1): the state counts an attempt only once its outcome is recorded.
+        attempt = opening.attempt
         crash_point("worker.after_started")
         if attempt == 1:
             self._budget.record_first()
@@ -452,8 +455,10 @@ class Worker:
         if result.outcome == "success":
             crash_point("worker.after_provider_commit")
         before = op.state
-        op = await self._append(op, attempted(attempt, result))
-        crash_point("worker.after_attempt_recorded")
+        record = attempted(attempt, result)
+        if record is not None:
+            op = await self._append(op, record)
+            crash_point("worker.after_attempt_recorded")
         # Decided once the attempt is recorded, so a retry's time counts from the event that
         # schedules it (a Retry-After is never shortened by the append's wait for a core).
         decision = after_attempt_budgeted(

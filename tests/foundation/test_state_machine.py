@@ -11,6 +11,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from libs.domain import TERMINAL, IllegalTransition, OperationState, OpStatus, Projection, operation
 from libs.events import (
+    AttemptRecord,
     OperationAdmitted,
     OperationAttempted,
     OperationCancelled,
@@ -37,6 +38,7 @@ EVENTS: list[Any] = [
     OperationRetryScheduled(attempt=1, reason="503", retry_at=T0),
     OperationUnknown(reason="timeout after send"),
     OperationCommitted(result={"ok": True}),
+    OperationCommitted(result={"ok": True}, attempt=AttemptRecord(attempt=1, http_status=201)),
     OperationFailedFinal(reason="business_error"),
     OperationCancelRequested(requested_by="user", reason="changed mind"),
     OperationCancelled(),

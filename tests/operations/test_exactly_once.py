@@ -13,7 +13,7 @@ from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation, OperationA
 from libs.tools import default_registry
 from tests.operations.conftest import StackFactory
 from tests.support.drained import drained
-from tests.support.stack import types
+from tests.support.stack import attempts, types
 
 
 async def test_batch_of_accesses_commits_each_once(make_stack: StackFactory) -> None:
@@ -34,9 +34,11 @@ async def test_batch_of_accesses_commits_each_once(make_stack: StackFactory) -> 
     assert types(events) == [
         "operation.admitted",
         "operation.started",
-        "operation.attempted",
         "operation.committed",
     ]
+    # The one try is recorded in the commit it decided, with the provider's status.
+    [tried] = attempts(events)
+    assert (tried.attempt, tried.outcome, tried.http_status) == (1, "success", 201)
     # Every event carries the identities that tie it to the conversation.
     assert {e.batch_id for e in events} == {turn.batch_id}
     assert {e.turn_id for e in events} == {ctx.turn_id}

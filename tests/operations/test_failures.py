@@ -10,7 +10,7 @@ import httpx
 from harness.surface import eventually
 from tests.operations.conftest import StackFactory
 from tests.support.drained import drained
-from tests.support.stack import types
+from tests.support.stack import attempts, types
 
 
 async def test_worker_killed_after_provider_commit_before_event(make_stack: StackFactory) -> None:
@@ -105,9 +105,10 @@ async def test_retry_after_is_honoured(make_stack: StackFactory) -> None:
     turn = await stack.admit(ctx, ("provision_access", {"accesses": ["datadog"]}))
     await stack.wait_status(ctx.session_id, turn.outcomes[0].operation_id, "committed")
     _, events = await stack.operation(ctx.session_id, turn.outcomes[0].operation_id)
-    attempts = [e for e in events if types([e]) == ["operation.attempted"]]
-    assert [a.event.outcome for a in attempts] == ["rate_limited", "success"]  # type: ignore[union-attr]
-    gap = (attempts[1].occurred_at - attempts[0].occurred_at).total_seconds()
+    tried = attempts(events)
+    assert [t.outcome for t in tried] == ["rate_limited", "success"]
+    assert types([tried[1].env]) == ["operation.committed"]
+    gap = (tried[1].env.occurred_at - tried[0].env.occurred_at).total_seconds()
     assert gap >= 1.0
 
 

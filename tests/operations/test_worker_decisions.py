@@ -15,10 +15,11 @@ from typing import Any, get_args
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libs.domain import TERMINAL, OperationState, OpStatus
+from libs.domain import TERMINAL, OperationState, OpStatus, operation
 from libs.events import (
     CancelOperation,
     ExecuteOperation,
+    OperationAttempted,
     OperationCancelled,
     OperationCancelRefused,
     OperationCommitted,
@@ -38,12 +39,15 @@ from services.operation_worker.domain import (
     RetryBudget,
     Stop,
     Wait,
+    after_attempt,
     after_attempt_budgeted,
     after_cancel,
     after_reconcile,
+    attempted,
     await_completion,
     next_step,
 )
+from tests.support.events import envelope
 
 _T0 = datetime(2026, 1, 1, tzinfo=UTC)
 _LOOKUP_STATES = ["committed", "pending", "absent", "failed", "cancelled", "error"]
@@ -281,3 +285,41 @@ def test_an_async_wait_notes_progress_once_and_never_sleeps_past_the_overdue_poi
             <= step.until
             <= max(now, since + timedelta(seconds=overdue)) + timedelta(microseconds=1)
         )
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    state=_states([OpStatus.RUNNING]),
+    declaration=_declarations,
+    result=_results,
+    draw=st.floats(0.0, 1.0),
+    now=_times,
+)
+def test_every_attempt_is_recorded_exactly_once(
+    *,
+    state: OperationState,
+    declaration: ToolDeclaration,
+    result: AttemptResult,
+    draw: float,
+    now: datetime,
+) -> None:
+    """A success's record rides in its commit; any other outcome gets its own event."""
+    record = attempted(state.attempts + 1, result)
+    decision = after_attempt(state, declaration, result, now=now, draw=draw, budget_ok=True)
+    carried = [
+        e.attempt for e in decision.events if isinstance(e, OperationCommitted) and e.attempt
+    ]
+    if result.outcome == "success":
+        assert record is None
+        assert [(c.attempt, c.http_status) for c in carried] == [
+            (state.attempts + 1, result.http_status)
+        ]
+    else:
+        assert isinstance(record, OperationAttempted)
+        assert (record.attempt, record.outcome) == (state.attempts + 1, result.outcome)
+        assert carried == []
+    # Folded in the shell's order, the operation counts the attempt once either way.
+    folded = state
+    for event in ([record] if record is not None else []) + decision.events:
+        folded = operation.evolve(folded, envelope(event, operation_id=state.operation_id))
+    assert folded.attempts == state.attempts + 1

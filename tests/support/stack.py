@@ -17,7 +17,13 @@ from libs.admission import Admission, LoadView, ToolCall, TurnAdmission, TurnCon
 from libs.bus import Context, Topology, connect, ensure_buckets, ensure_streams, load
 from libs.config import BusSettings, ToolSettings
 from libs.domain import OperationState, operation
-from libs.events import OPERATIONS, Envelope, OperationEvent
+from libs.events import (
+    OPERATIONS,
+    Envelope,
+    OperationAttempted,
+    OperationCommitted,
+    OperationEvent,
+)
 from libs.tools import default_registry
 
 
@@ -224,3 +230,26 @@ class OpsStack:
 def types(events: list[Envelope[OperationEvent]]) -> list[str]:
     """The dotted types of a list of events, in order."""
     return [e.event.__struct_config__.tag for e in events]  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Tried:
+    """One attempt as the log records it: an `operation.attempted`, or the record a
+    successful attempt's `operation.committed` carries."""
+
+    attempt: int
+    outcome: str
+    http_status: int | None
+    env: Envelope[OperationEvent]
+
+
+def attempts(events: list[Envelope[OperationEvent]]) -> list[Tried]:
+    """Every attempt recorded in an operation's events, in order."""
+    found: list[Tried] = []
+    for env in events:
+        match env.event:
+            case OperationAttempted(attempt=n, outcome=outcome, http_status=status):
+                found.append(Tried(n, outcome, status, env))
+            case OperationCommitted(attempt=record) if record is not None:
+                found.append(Tried(record.attempt, "success", record.http_status, env))
+    return found

@@ -97,8 +97,13 @@ async def test_batch_of_three_accesses_closes_once_on_history_and_stream(
     assert kinds.count("delivery.delivered") == 1
     assert kinds.index("delivery.sent") < kinds.index("delivery.delivered")
     assert all(e["session_id"] == chat.session_id for e in timeline)
-    attempts = [e for e in timeline if e["type"] == "operation.attempted"]
+    # Each successful try is recorded in its commit; no operation.attempted repeats it.
+    assert kinds.count("operation.attempted") == 0
+    attempts = [
+        e for e in timeline if e["type"] == "operation.committed" and e["data"]["attempt"]
+    ]
     assert len(attempts) == 3
+    assert all(e["data"]["attempt"]["attempt"] == 1 for e in attempts)
     assert all(e["operation_id"] and e["intent_key"] and e["batch_id"] for e in attempts)
 
 

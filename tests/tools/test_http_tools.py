@@ -14,7 +14,7 @@ from examples.deskapi.app import sign as desk_sign
 from harness.surface import eventually
 from libs.events import OperationAttempted, OperationCommitted, OperationRetryScheduled
 from libs.signing import sign
-from tests.support.stack import types
+from tests.support.stack import attempts, types
 from tests.tools.conftest import SECRET, DeskFactory, DeskStack
 
 TICKET = {"project": "acme/billing", "title": "  Invoice PDF is blank  "}
@@ -36,9 +36,13 @@ async def test_retryable_answers_are_retried_and_commit_once(desk_stack: DeskFac
     session, op = await _ticket(stack, TICKET)
     state = await stack.ops.wait_status(session, op, "committed")
     _, events = await stack.ops.operation(session, op)
-    statuses = [e.event.http_status for e in events if isinstance(e.event, OperationAttempted)]
-    assert statuses[:2] == [503, 503]
-    assert statuses[-1] == 201
+    tried = attempts(events)
+    assert [(t.outcome, t.http_status) for t in tried[:2]] == [("server_error", 503)] * 2
+    # The successful try is recorded once, in the commit it decided.
+    assert (tried[-1].outcome, tried[-1].http_status) == ("success", 201)
+    assert isinstance(tried[-1].env.event, OperationCommitted)
+    assert [t.attempt for t in tried] == list(range(1, len(tried) + 1))
+    assert types(events).count("operation.attempted") == len(tried) - 1
     assert types(events).count("operation.retry_scheduled") >= 2
     assert await stack.effects(op) == 1
     # Normalised by role before the intent key: the tenant qualifier goes, text is trimmed.
@@ -58,9 +62,9 @@ async def test_retryable_answers_are_retried_and_commit_once(desk_stack: DeskFac
     retry = next(e for e in events if isinstance(e.event, OperationRetryScheduled))
     assert isinstance(retry.event, OperationRetryScheduled)
     assert (retry.event.retry_at - retry.occurred_at).total_seconds() >= 0.99
-    attempts = [e for e in events if isinstance(e.event, OperationAttempted)]
-    assert [a.event.http_status for a in attempts] == [429, 201]  # type: ignore[union-attr]
-    assert (attempts[1].occurred_at - attempts[0].occurred_at).total_seconds() >= 0.99
+    tried = attempts(events)
+    assert [t.http_status for t in tried] == [429, 201]
+    assert (tried[1].env.occurred_at - tried[0].env.occurred_at).total_seconds() >= 0.99
     assert await stack.effects(op) == 1
     assert await stack.all_effects() == 2
 
