@@ -2,11 +2,13 @@
 
 `HOLDLINE_CRASH_POINTS=worker.after_provider_commit` makes the process SIGKILL itself the
 first time it reaches that point, exactly as `kill -9` would at that instant. Unarmed, a
-crash point is a dictionary lookup.
+crash point is a dictionary lookup. Pause points (`HOLDLINE_PAUSE_POINTS=name=seconds`)
+hold a task there instead, so a test can see what others observe meanwhile.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 
@@ -28,6 +30,26 @@ POINTS = {
     "coordinator.after_ready": "delivery.ready is written; batch.drained is not",
     "coordinator.after_drained": "batch.drained is written; the message is not acknowledged",
 }
+
+
+# Where a task may be held for a while (never chosen by the chaos run, which kills).
+PAUSES = {
+    "surface.before_turn_recorded": "a chat turn answered; its turn.replied is not written",
+}
+_PAUSED = {
+    name.strip(): float(seconds)
+    for name, _, seconds in (
+        p.partition("=") for p in os.environ.get("HOLDLINE_PAUSE_POINTS", "").split(",")
+    )
+    if name.strip() and seconds
+}
+
+
+async def pause_point(name: str) -> None:
+    """Wait here for the armed number of seconds, if this point is armed."""
+    seconds = _PAUSED.get(name)
+    if seconds:
+        await asyncio.sleep(seconds)
 
 
 def crash_point(name: str) -> None:

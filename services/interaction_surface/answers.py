@@ -42,7 +42,7 @@ class WriteBehind:
         self._what = what
         self._running: set[asyncio.Task[None]] = set()
 
-    def start(self, write: Awaitable[None], name: str) -> None:
+    def start(self, write: Awaitable[None], name: str) -> asyncio.Task[None]:
         """Run `write` in the background; a failure is logged (the claim stays pending)."""
 
         async def run() -> None:
@@ -51,6 +51,7 @@ class WriteBehind:
         task = asyncio.create_task(run(), name=name)
         self._running.add(task)
         task.add_done_callback(self._done)
+        return task
 
     async def flush(self) -> None:
         """Wait for the writes still running (at shutdown, before the bus closes)."""

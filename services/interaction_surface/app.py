@@ -156,7 +156,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         if telephony.started is not None:
             telephony.started.sweeper.cancel()
         if surface.started is not None:
-            # Agent API answers already returned are stored while the bus is still open.
+            # Answers already returned are recorded (turn replies) and stored (Agent API
+            # answers) while the bus is still open.
+            await surface.started.turns.flush()
             await surface.started.tool_calls.flush()
         await view.close()
         if surface.started is not None:

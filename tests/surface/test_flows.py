@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -207,6 +208,50 @@ async def test_duplicate_tool_calls_admit_one_operation(
     assert len(snap["operations"]) == 1
     assert len(snap["batches"]) == 1
     assert await effects(stack, name) == 1
+
+
+async def test_a_reply_written_behind_its_answer_is_read_at_once_and_precedes_the_next_turn(
+    stack: SurfaceStack,
+) -> None:
+    # A chat turn answers before its turn.replied is stored. Held there for a while, the
+    # answer still comes at once, a read right after it waits for the reply, and the
+    # session's next turn opens only after it.
+    hold_s = 0.6
+    surface = stack.procs["interaction_surface"]
+    surface.kill9()
+    try:
+        surface.env["HOLDLINE_PAUSE_POINTS"] = f"surface.before_turn_recorded={hold_s}"
+        await asyncio.to_thread(surface.start)
+        async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
+            chat = await open_chat(client)
+            answers = []
+            for text in ("hello", "what can you do?"):
+                sent = time.monotonic()
+                answer = await chat.say(text)
+                assert time.monotonic() - sent < hold_s
+                snap = await chat.snapshot()
+                last = snap["messages"][-1]
+                assert (last["role"], last["text"], last["turn_id"]) == (
+                    "assistant", answer["reply"]["text"], answer["turn_id"]
+                )
+                answers.append(answer)
+            # Two turns sent at once: the second opens once the first's reply is written.
+            answers += await asyncio.gather(chat.say("thanks"), chat.say("bye"))
+            timeline = await chat.timeline()
+    finally:
+        surface.env.pop("HOLDLINE_PAUSE_POINTS", None)
+        surface.kill9()
+        await asyncio.to_thread(surface.start)
+    turns = [
+        (e["type"], e["turn_id"])
+        for e in timeline
+        if e["type"] in {"turn.received", "turn.replied"}
+    ]
+    assert len(turns) == 8
+    for i in range(0, 8, 2):
+        assert turns[i][0] == "turn.received"
+        assert turns[i + 1] == ("turn.replied", turns[i][1])
+    assert {t for _, t in turns} == {a["turn_id"] for a in answers}
 
 
 async def test_a_retried_client_turn_id_returns_the_same_answer_and_admits_nothing(

@@ -175,12 +175,19 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
         )
 
 
+async def _recorded(surface: Surface, session_id: str) -> None:
+    """A chat turn's reply is written behind its answer: a read after it waits for it."""
+    if surface.turns is not None:
+        await surface.turns.recorded(session_id)
+
+
 def _read_routes(router: APIRouter, surface: Surface) -> None:
     settings = surface.settings
 
     @router.get("/v1/sessions/{session_id}", responses=documented_problems(401, 404))
     async def snapshot(session_id: str, request: Request) -> Response:
         await surface.session(session_id, request.headers.get("authorization"))
+        await _recorded(surface, session_id)
         await surface.view.sync()
         state = surface.view.session(session_id)
         found = surface.view.log(session_id)
@@ -201,6 +208,7 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
     @router.get("/v1/sessions/{session_id}/timeline", responses=documented_problems(401, 404))
     async def timeline(session_id: str, request: Request) -> Response:
         await surface.session(session_id, request.headers.get("authorization"))
+        await _recorded(surface, session_id)
         await surface.view.sync()
         found = surface.view.log(session_id)
         entries = found.entries if found is not None else []

@@ -16,7 +16,11 @@ A turn, in order:
    reason, the rest are attached (`delivery.attached` first, so nobody else says them);
 6. the acceptance is worded from the attached set only (never claiming completion), the
    reply is written (`turn.replied`), then the attached updates are marked delivered.
-It returns on acceptance; operations run elsewhere. The decisions are in `turn_plan.py`.
+It returns on acceptance; operations run elsewhere. A chat turn returns before step 6's
+writes, which run behind the response while the session stays locked (the operations are
+admitted, the log's open turn keeps other surfaces waiting, this surface's snapshot and
+timeline wait for them: `recorded`); a voice turn writes them first, since its call writes
+playback and truncation events after the reply. The decisions are in `turn_plan.py`.
 
 Over 400 lines: opening the turn on the log (with the client-turn repeats) and the guarded
 delivery appends are the turn's I/O, and each needs its own conflict handling.
@@ -27,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Literal
@@ -36,6 +40,7 @@ from libs import metrics
 from libs.admission import Admission, LoadView, Outcome, TurnContext
 from libs.bus import ConcurrencyConflict, Context, append
 from libs.clock import Clock, Ids
+from libs.crash import pause_point
 from libs.domain import SessionState
 from libs.domain.channel import Verdict, refusal_events
 from libs.domain.delivery import OPEN, DeliveryStatus
@@ -59,6 +64,7 @@ from libs.models.interface import (
 from libs.service import Runtime
 from libs.tools import ToolRegistry
 
+from ..answers import WriteBehind
 from ..projections import SurfaceView
 from ..settings import Settings
 from . import turn_plan
@@ -83,6 +89,14 @@ class _Repeat:
     """A repeated client turn id's answer, rebuilt from its first run's reply."""
 
     answer: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class _Answered:
+    """A turn's answer, and the writes that record it (the reply, the closings delivered)."""
+
+    answer: dict[str, Any]
+    record: Callable[[], Awaitable[None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +142,10 @@ class Turns:
         self._tools = tuple(tool_spec(t) for t in registry.tools())
         # Same-process turns of a session queue here instead of racing on the log.
         self._locks: dict[str, asyncio.Lock] = {}
+        # A chat turn's record, written behind its response, per session (one at a time:
+        # the session's lock is held until it is written).
+        self._behind = WriteBehind("turn reply")
+        self._recording: dict[str, asyncio.Task[None]] = {}
 
     # ------------------------------------------------------------------ entry point
 
@@ -137,20 +155,58 @@ class Turns:
         session_id = request.session.session_id
         turn_id = self._ids.new("turn")
         lock = self._locks.setdefault(session_id, asyncio.Lock())
+        await lock.acquire()
+        behind = False
         try:
-            async with lock:
-                answer = await self._turn(request, turn_id)
+            answer = await self._turn(request, turn_id)
+            if isinstance(answer, _Repeat):
+                return answer.answer
+            if request.channel == "chat":
+                # The lock passes to the write: the session's next turn starts after it.
+                self._recording[session_id] = self._behind.start(
+                    self._record_then_unlock(answer.record, session_id, lock),
+                    name=f"turn-record-{turn_id}",
+                )
+                behind = True
+            else:
+                await answer.record()
         finally:
-            if not lock.locked():
-                self._locks.pop(session_id, None)
-        if isinstance(answer, _Repeat):
-            return answer.answer
+            if not behind:
+                self._unlock(session_id, lock)
         metrics.ACCEPTANCE.observe(time.perf_counter() - started)
-        return answer
+        return answer.answer
+
+    async def recorded(self, session_id: str) -> None:
+        """Wait until the session's last answered chat turn is in this surface's view, so a
+        read after the answer sees its reply (read-your-writes for this process)."""
+        task = self._recording.get(session_id)
+        if task is not None:
+            await asyncio.wait({task})
+
+    async def flush(self) -> None:
+        """Wait for the turn records still being written (at shutdown, before the bus closes)."""
+        await self._behind.flush()
+
+    async def _record_then_unlock(
+        self, record: Callable[[], Awaitable[None]], session_id: str, lock: asyncio.Lock
+    ) -> None:
+        try:
+            await pause_point("surface.before_turn_recorded")
+            await record()
+        finally:
+            task = asyncio.current_task()
+            if self._recording.get(session_id) is task:
+                del self._recording[session_id]
+            self._unlock(session_id, lock)
+
+    def _unlock(self, session_id: str, lock: asyncio.Lock) -> None:
+        lock.release()
+        if not lock.locked() and self._locks.get(session_id) is lock:
+            self._locks.pop(session_id, None)
 
     # ------------------------------------------------------------------ the turn
 
-    async def _turn(self, request: TurnInput, turn_id: str) -> dict[str, Any] | _Repeat:
+    async def _turn(self, request: TurnInput, turn_id: str) -> _Answered | _Repeat:
         session_id = request.session.session_id
         received_at = await self._open_turn(session_id, turn_id, request)
         if isinstance(received_at, _Repeat):
@@ -208,18 +264,21 @@ class Turns:
             with metrics.turn_phase("acceptance_text"):
                 text = await self._acceptance(final_request, worded, outcomes)
             text = turn_plan.reply_text(text, attached, worded)
-        await self._reply(
-            ctx,
-            response_id=response_id,
-            text=text,
-            outcomes=outcomes,
-            attached=attached,
-            cause=received_at,
-        )
-        if request.channel == "chat":
-            with metrics.turn_phase("delivered"):
-                await self._delivered(session_id, attached, turn_id)
-        return turn_plan.answer(
+
+        async def record() -> None:
+            await self._reply(
+                ctx,
+                response_id=response_id,
+                text=text,
+                outcomes=outcomes,
+                attached=attached,
+                cause=received_at,
+            )
+            if request.channel == "chat":
+                with metrics.turn_phase("delivered"):
+                    await self._delivered(session_id, attached, turn_id)
+
+        answer = turn_plan.answer(
             turn_id=turn_id,
             text=text,
             response_id=response_id,
@@ -227,6 +286,7 @@ class Turns:
             attached_delivery_ids=[u.delivery_id for u in attached],
             channel=request.channel,
         )
+        return _Answered(answer, record)
 
     async def _respond(self, request: TurnRequest) -> TurnReply | None:
         """The model's reply, or None when it failed or ran out of time."""
