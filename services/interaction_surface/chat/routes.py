@@ -18,6 +18,7 @@ import msgspec
 from fastapi import APIRouter, Request, WebSocket
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel
+from starlette.background import BackgroundTask
 
 from libs import metrics
 from libs.bus import Context
@@ -147,9 +148,12 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
             raise ProblemError(409, "Conflict", "the session is closed", slug="session-closed")
         surface.limit(state)
         assert surface.turns is not None
+        sent = asyncio.Event()
         try:
             answer = await surface.turns.handle(
-                TurnInput(session=state, text=text, client_turn_id=body.client_turn_id)
+                TurnInput(
+                    session=state, text=text, client_turn_id=body.client_turn_id, sent=sent
+                )
             )
         except TurnBusy:
             raise ProblemError(
@@ -160,7 +164,8 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
                 409, "Conflict", "this client_turn_id is still being answered; retry"
             ) from None
         with metrics.turn_phase("respond"):
-            return JSONResponse(answer)
+            # The turn's record is written once this response is out (Turns.handle).
+            return JSONResponse(answer, background=BackgroundTask(sent.set))
 
     @router.delete(
         "/v1/sessions/{session_id}",

@@ -29,6 +29,7 @@ delivery appends are the turn's I/O, and each needs its own conflict handling.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -74,6 +75,9 @@ from .turn_plan import SessionView
 log = logging.getLogger(__name__)
 
 _CONFLICT_RETRIES = 50
+# How long a chat turn's record waits for its answer to be sent (a client gone before the
+# response was written never sets it).
+_SENT_WAIT_S = 1.0
 
 
 class TurnBusy(Exception):
@@ -111,6 +115,9 @@ class TurnInput:
     # Voice: looks at the proposed calls before admission; a question (str) means the
     # hearing is doubtful: nothing is admitted and the question is the reply.
     review: Callable[[Sequence[tuple[str, Mapping[str, Any]]]], str | None] | None = None
+    # Chat: set once the answer has been sent, so its record is written after it (not
+    # in the ticks the response still needs); waited for at most `_SENT_WAIT_S`.
+    sent: asyncio.Event | None = None
 
 
 
@@ -164,7 +171,7 @@ class Turns:
             if request.channel == "chat":
                 # The lock passes to the write: the session's next turn starts after it.
                 self._recording[session_id] = self._behind.start(
-                    self._record_then_unlock(answer.record, session_id, lock),
+                    self._record_then_unlock(answer.record, session_id, lock, request.sent),
                     name=f"turn-record-{turn_id}",
                 )
                 behind = True
@@ -188,9 +195,16 @@ class Turns:
         await self._behind.flush()
 
     async def _record_then_unlock(
-        self, record: Callable[[], Awaitable[None]], session_id: str, lock: asyncio.Lock
+        self,
+        record: Callable[[], Awaitable[None]],
+        session_id: str,
+        lock: asyncio.Lock,
+        sent: asyncio.Event | None,
     ) -> None:
         try:
+            if sent is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(sent.wait(), _SENT_WAIT_S)
             await pause_point("surface.before_turn_recorded")
             await record()
         finally:
