@@ -111,9 +111,13 @@ function onFrame(frame) {
   if (state.seenEvents.has(event.event_id)) return;
   state.seenEvents.add(event.event_id);
   if (frame.type === "message") addMessage(frame.message);
-  if (event.type === "operation.attempted") {
+  // A successful attempt is recorded in its commit; every other one in operation.attempted.
+  const tried = event.type === "operation.attempted" ? event.data
+    : event.type === "operation.committed" && event.data && event.data.attempt
+      ? { ...event.data.attempt, outcome: "success" } : null;
+  if (tried) {
     const list = state.attempts.get(event.operation_id) || [];
-    list.push(event.data);
+    list.push(tried);
     state.attempts.set(event.operation_id, list);
   }
   addTimeline(event);
