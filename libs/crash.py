@@ -32,10 +32,8 @@ POINTS = {
 }
 
 
-# Where a task may be held for a while (never chosen by the chaos run, which kills).
-PAUSES = {
-    "surface.before_turn_recorded": "a chat turn answered; its turn.replied is not written",
-}
+# Where a task may be held for a while, by name (never chosen by the chaos run, which
+# kills): `surface.before_turn_recorded`, a chat turn answered, its turn.replied not written.
 _PAUSED = {
     name.strip(): float(seconds)
     for name, _, seconds in (

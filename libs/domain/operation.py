@@ -266,18 +266,9 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
             return evolved(state, version=v, status=S.FAILED_RETRYABLE, failure=RECONCILED_FAILURE)
         case OperationUnknown(reason=reason):
             return evolved(state, version=v, status=S.UNKNOWN, failure=reason)
-        case OperationCommitted(result=result, provider_ref=ref, attempt=None):
-            return evolved(
-                state,
-                version=v,
-                status=S.COMMITTED,
-                result=result,
-                failure=None,
-                awaiting_async=False,
-                provider_ref=ref or state.provider_ref,
-            )
-        case OperationCommitted(result=result, provider_ref=ref):
+        case OperationCommitted(result=result, provider_ref=ref, attempt=record):
             # A successful attempt's commit counts the attempt it records.
+            tried = record is not None
             return evolved(
                 state,
                 version=v,
@@ -286,8 +277,8 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
                 failure=None,
                 awaiting_async=False,
                 provider_ref=ref or state.provider_ref,
-                attempts=state.attempts + 1,
-                last_attempt_at=env.occurred_at,
+                attempts=state.attempts + 1 if tried else state.attempts,
+                last_attempt_at=env.occurred_at if tried else state.last_attempt_at,
             )
         case OperationFailedFinal():
             return evolved(state, version=v, status=S.FAILED_FINAL, failure=final_failure(event))

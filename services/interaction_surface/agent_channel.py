@@ -64,6 +64,8 @@ from libs.events import (
     TurnReplied,
 )
 
+from .session_locks import SessionLocks
+
 if TYPE_CHECKING:
     from .api import Surface
     from .chat.deliveries import DeliveryExecutor
@@ -211,7 +213,7 @@ class AgentChannel:
         # One signal of a session at a time: each compares with the view its predecessor's
         # append already reached, so concurrent "started"/"stopped" cannot both be judged
         # against the same stale state (and one of them dropped).
-        self._signal_locks: dict[str, asyncio.Lock] = {}
+        self._signal_locks = SessionLocks()
 
     # ------------------------------------------------------------------ queries
 
@@ -453,13 +455,8 @@ class AgentChannel:
         self, session_id: str, user_speaking: bool | None, agent_speaking: bool | None
     ) -> None:
         """The agent's view of the two clocks, as the call's VAD and playback would say it."""
-        lock = self._signal_locks.setdefault(session_id, asyncio.Lock())
-        try:
-            async with lock:
-                await self._signal(session_id, user_speaking, agent_speaking)
-        finally:
-            if not lock.locked():
-                self._signal_locks.pop(session_id, None)
+        async with self._signal_locks.hold(session_id):
+            await self._signal(session_id, user_speaking, agent_speaking)
 
     async def _signal(
         self, session_id: str, user_speaking: bool | None, agent_speaking: bool | None

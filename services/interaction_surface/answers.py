@@ -4,8 +4,9 @@ returned. (A chat turn's `client_turn_id` needs no claim: its session log answer
 repeat, see `chat/turns.py`.)
 
 Two rules: what a repeat does with a claim it finds (`claim_verdict`), and that the answer
-is written behind the response (`WriteBehind`), so a repeat in between waits on the pending
-claim and a stopping surface flushes the writes before the bus closes.
+is written behind the response (`WriteBehind`, which also writes a chat turn's record, see
+`chat/turns.py`), so a repeat in between waits on the pending claim and a stopping surface
+flushes the writes before the bus closes.
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class WriteBehind:
         self._running: set[asyncio.Task[None]] = set()
 
     def start(self, write: Awaitable[None], name: str) -> asyncio.Task[None]:
-        """Run `write` in the background; a failure is logged (the claim stays pending)."""
+        """Run `write` in the background; a failure is logged (what it would have recorded
+        stays pending: a claim, or a turn left open, each taken over after the turn timeout)."""
 
         async def run() -> None:
             await write
@@ -61,5 +63,5 @@ class WriteBehind:
     def _done(self, task: asyncio.Task[None]) -> None:
         self._running.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            # The claim stays pending: a repeat takes it over after the turn timeout.
+            # Left pending (a claim, an open turn): a repeat takes it over after the timeout.
             log.error("%s not stored: %r", self._what, task.exception())

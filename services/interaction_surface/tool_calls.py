@@ -47,6 +47,7 @@ from libs.tools import Caller, ToolDeclaration, ToolRegistry
 
 from .answers import WriteBehind, claim_verdict
 from .chat.conversation import tool_spec
+from .session_locks import SessionLocks
 
 log = logging.getLogger(__name__)
 
@@ -327,7 +328,7 @@ class ToolCalls:
         self._surface = surface
         self._admission = admission
         self.registry = registry
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = SessionLocks()
         self._answers = WriteBehind("tool call answers")
 
     def _key(self, session_id: str, tool_call_id: str) -> str:
@@ -462,16 +463,11 @@ class ToolCalls:
         turn_id: str,
     ) -> tuple[str | None, dict[str, dict[str, Any]]]:
         session_id = session.session_id
-        lock = self._locks.setdefault(session_id, asyncio.Lock())
-        try:
-            async with lock:
-                with metrics.turn_phase("tool_calls_received"):
-                    await self._record(session, body, calls, turn_id)
-                with metrics.turn_phase("tool_calls_admission"):
-                    return await self._run(session, calls, turn_id)
-        finally:
-            if not lock.locked():
-                self._locks.pop(session_id, None)
+        async with self._locks.hold(session_id):
+            with metrics.turn_phase("tool_calls_received"):
+                await self._record(session, body, calls, turn_id)
+            with metrics.turn_phase("tool_calls_admission"):
+                return await self._run(session, calls, turn_id)
 
     async def _record(
         self, session: SessionState, body: ToolCallsBody, calls: list[Prepared], turn_id: str

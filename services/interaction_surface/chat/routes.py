@@ -180,10 +180,12 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
         )
 
 
-async def _recorded(surface: Surface, session_id: str) -> None:
-    """A chat turn's reply is written behind its answer: a read after it waits for it."""
+async def _caught_up(surface: Surface, session_id: str) -> None:
+    """The view as of every answer already given for the session: its chat turn's record
+    (written behind the answer) in the log, and every stream read to its end."""
     if surface.turns is not None:
         await surface.turns.recorded(session_id)
+    await surface.view.sync()
 
 
 def _read_routes(router: APIRouter, surface: Surface) -> None:
@@ -192,8 +194,7 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
     @router.get("/v1/sessions/{session_id}", responses=documented_problems(401, 404))
     async def snapshot(session_id: str, request: Request) -> Response:
         await surface.session(session_id, request.headers.get("authorization"))
-        await _recorded(surface, session_id)
-        await surface.view.sync()
+        await _caught_up(surface, session_id)
         state = surface.view.session(session_id)
         found = surface.view.log(session_id)
         assert state is not None
@@ -213,8 +214,7 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
     @router.get("/v1/sessions/{session_id}/timeline", responses=documented_problems(401, 404))
     async def timeline(session_id: str, request: Request) -> Response:
         await surface.session(session_id, request.headers.get("authorization"))
-        await _recorded(surface, session_id)
-        await surface.view.sync()
+        await _caught_up(surface, session_id)
         found = surface.view.log(session_id)
         entries = found.entries if found is not None else []
         items = [timeline_item(e) for e in causal_order(entries)]
@@ -245,6 +245,8 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
         body = await request_body(request, HandoffBody, settings.max_body_bytes)
         surface.limit(state)
         context = body.context or settings.handoff_context
+        # What the answers so far admitted is pending, and the handoff follows their replies.
+        await _caught_up(surface, session_id)
         pending = [
             o.operation_id for o in surface.view.session_operations(session_id) if not o.terminal
         ]
@@ -289,6 +291,7 @@ async def erase_session(surface: Surface, state: SessionState) -> list[str]:
     been said. Returns the operations still pending.
     """
     session_id = state.session_id
+    await _caught_up(surface, session_id)
     pending = [
         o.operation_id for o in surface.view.session_operations(session_id) if not o.terminal
     ]

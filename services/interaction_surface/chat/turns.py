@@ -67,6 +67,7 @@ from libs.tools import ToolRegistry
 
 from ..answers import WriteBehind
 from ..projections import SurfaceView
+from ..session_locks import SessionLocks
 from ..settings import Settings
 from . import turn_plan
 from .conversation import fallback_acceptance, tool_spec
@@ -148,7 +149,7 @@ class Turns:
         self._registry = registry
         self._tools = tuple(tool_spec(t) for t in registry.tools())
         # Same-process turns of a session queue here instead of racing on the log.
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks = SessionLocks()
         # A chat turn's record, written behind its response, per session (one at a time:
         # the session's lock is held until it is written).
         self._behind = WriteBehind("turn reply")
@@ -161,8 +162,7 @@ class Turns:
         started = time.perf_counter()
         session_id = request.session.session_id
         turn_id = self._ids.new("turn")
-        lock = self._locks.setdefault(session_id, asyncio.Lock())
-        await lock.acquire()
+        await self._locks.acquire(session_id)
         behind = False
         try:
             answer = await self._turn(request, turn_id)
@@ -171,7 +171,7 @@ class Turns:
             if request.channel == "chat":
                 # The lock passes to the write: the session's next turn starts after it.
                 self._recording[session_id] = self._behind.start(
-                    self._record_then_unlock(answer.record, session_id, lock, request.sent),
+                    self._record_then_unlock(answer.record, session_id, request.sent),
                     name=f"turn-record-{turn_id}",
                 )
                 behind = True
@@ -179,7 +179,7 @@ class Turns:
                 await answer.record()
         finally:
             if not behind:
-                self._unlock(session_id, lock)
+                self._locks.release(session_id)
         metrics.ACCEPTANCE.observe(time.perf_counter() - started)
         return answer.answer
 
@@ -198,7 +198,6 @@ class Turns:
         self,
         record: Callable[[], Awaitable[None]],
         session_id: str,
-        lock: asyncio.Lock,
         sent: asyncio.Event | None,
     ) -> None:
         try:
@@ -211,12 +210,7 @@ class Turns:
             task = asyncio.current_task()
             if self._recording.get(session_id) is task:
                 del self._recording[session_id]
-            self._unlock(session_id, lock)
-
-    def _unlock(self, session_id: str, lock: asyncio.Lock) -> None:
-        lock.release()
-        if not lock.locked() and self._locks.get(session_id) is lock:
-            self._locks.pop(session_id, None)
+            self._locks.release(session_id)
 
     # ------------------------------------------------------------------ the turn
 
