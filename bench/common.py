@@ -46,6 +46,21 @@ def machine() -> dict[str, Any]:
     }
 
 
+def wakeups(pid: int) -> int:
+    """Times the process's threads blocked and were woken (voluntary context switches): each
+    is an event-loop wake-up (or a Go scheduler park) whose fixed cost a busier load shares."""
+    total = 0
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        try:
+            text = status.read_text()
+        except OSError:  # a thread that ended between the listing and the read
+            continue
+        for line in text.splitlines():
+            if line.startswith("voluntary_ctxt_switches:"):
+                total += int(line.split()[1])
+    return total
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process used so far."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from libs.supervisor import broker_environ
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -130,7 +132,9 @@ class Broker:
             *self.args,
         ]
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=broker_environ(os.environ)
+            )
         wait_port(self.port)
 
     def kill9(self) -> None:

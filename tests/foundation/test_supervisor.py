@@ -11,7 +11,37 @@ from pathlib import Path
 import httpx
 import pytest
 
+from libs.supervisor import broker_environ
 from tests.support.run import SERVICES, Running, alive, holdline_run
+
+
+def _environ(pid: int) -> dict[str, str]:
+    """A running process's environment, as the kernel holds it."""
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode().partition("=")[::2] for item in raw if b"=" in item)
+
+
+@pytest.mark.parametrize(
+    ("environ", "expected"),
+    [
+        ({}, "1"),
+        ({"HOLDLINE_BROKER_GOMAXPROCS": "2"}, "2"),
+        ({"HOLDLINE_BROKER_GOMAXPROCS": "0"}, None),
+        ({"GOMAXPROCS": "4"}, "4"),
+        ({"GOMAXPROCS": "4", "HOLDLINE_BROKER_GOMAXPROCS": "1"}, "4"),
+    ],
+)
+def test_broker_environment_sets_one_go_processor_unless_told(
+    environ: dict[str, str], expected: str | None
+) -> None:
+    env = broker_environ({"PATH": "/usr/bin", **environ})
+    assert env.get("GOMAXPROCS") == expected
+    assert env["PATH"] == "/usr/bin"
+
+
+def test_broker_environment_refuses_a_processor_count_that_is_not_a_number() -> None:
+    with pytest.raises(ValueError, match="HOLDLINE_BROKER_GOMAXPROCS"):
+        broker_environ({"HOLDLINE_BROKER_GOMAXPROCS": "two"})
 
 
 @pytest.fixture
@@ -30,6 +60,10 @@ def test_run_starts_everything_restarts_the_dead_and_stops_cleanly(
     system.wait_ready()
     pids = output.pids()
     assert set(pids) == {*SERVICES, "nats-server"}
+    # The co-located broker runs on one Go processor (libs.supervisor.broker_environ), the
+    # services on their own environment.
+    assert _environ(pids["nats-server"]).get("GOMAXPROCS") == os.environ.get("GOMAXPROCS", "1")
+    assert _environ(pids["operation-worker"]).get("GOMAXPROCS") == os.environ.get("GOMAXPROCS")
     assert (tmp_path / ".data" / "nats").is_dir()
     # Every line of a child's output carries its name.
     assert any(line.startswith("[operation-worker] ") for line in output.lines)
