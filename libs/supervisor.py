@@ -92,8 +92,8 @@ def broker_environ(environ: Mapping[str, str]) -> dict[str, str]:
 
     Why 1: the broker shares two cores with five Python processes, and with two Go
     processors its idle processor spins and parks on every wake-up; under 30 paced chat
-    sessions one processor cut the broker's wake-ups a turn by a third and the CPU of the
-    whole stack a turn by ~15 %, with committed operations/s unchanged within the noise
+    sessions one processor cut the broker's wake-ups a turn by a third and its CPU a turn by
+    a sixth to a fifth, with committed operations/s unchanged within the noise
     (docs/performance.md, "One Go processor for the co-located broker").
     """
     env = dict(environ)
