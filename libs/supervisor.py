@@ -154,6 +154,7 @@ class Supervisor:
 
     def _plan_broker(self, env: dict[str, str]) -> None:
         port = env_int("NATS_PORT", 4222, self.environ)
+        broker_env = broker_environ(env)  # settings checked before anything is written
         store = self.root / ".data" / "nats"
         store.mkdir(parents=True, exist_ok=True)
         binary = nats_server_binary(self.environ.get("PATH", ""))
@@ -161,7 +162,7 @@ class Supervisor:
         config = self.environ.get("NATS_SERVER_CONFIG")
         if config:
             argv += ["-c", config]
-        self.brokers.append(Child(name="nats-server", argv=argv, env=broker_environ(env)))
+        self.brokers.append(Child(name="nats-server", argv=argv, env=broker_env))
         self.broker_ports.append(port)
         env["NATS_URL"] = f"nats://127.0.0.1:{port}"
 
@@ -170,6 +171,7 @@ class Supervisor:
         clients = _ports(self.environ, "NATS_PORTS", "NATS_PORT", 4222, count)
         routes = _ports(self.environ, "NATS_CLUSTER_PORTS", "NATS_CLUSTER_PORT", 6222, count)
         seeds = ",".join(f"nats://127.0.0.1:{p}" for p in routes)
+        broker_env = broker_environ(env)  # settings checked before anything is written
         config = self.root / ".data" / "nats-cluster" / "node.conf"
         config.parent.mkdir(parents=True, exist_ok=True)
         # A node that hangs (sockets open, nothing answered) loses its routes after two missed
@@ -190,7 +192,7 @@ class Supervisor:
                 "--routes", seeds,
             ]
             self.brokers.append(
-                Child(name=f"nats-server-{i}", argv=argv, env=broker_environ(env))
+                Child(name=f"nats-server-{i}", argv=argv, env=dict(broker_env))
             )
         self.broker_ports = clients
         env["NATS_URL"] = ",".join(f"nats://127.0.0.1:{p}" for p in clients)
@@ -377,6 +379,8 @@ def main(cluster: int = 0) -> int:
         supervisor = Supervisor(root, environ, cluster)
         supervisor.plan()  # before the loop, so bad settings fail here
     except ValueError as exc:
-        _log(f"bad settings: {exc}")
-        return 2
+        # A refused configuration, like a child's: one line and EX_CONFIG, no traceback,
+        # because running again with the same environment would be refused again.
+        _log(f"refusing to start: {exc}")
+        return EXIT_CONFIG
     return asyncio.run(supervisor.run())

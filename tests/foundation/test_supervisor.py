@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from libs.supervisor import broker_environ
+from libs.supervisor import EXIT_CONFIG, broker_environ
 from tests.support.run import SERVICES, Running, alive, holdline_run
 
 
@@ -42,6 +42,28 @@ def test_broker_environment_sets_one_go_processor_unless_told(
 def test_broker_environment_refuses_a_processor_count_that_is_not_a_number() -> None:
     with pytest.raises(ValueError, match="HOLDLINE_BROKER_GOMAXPROCS"):
         broker_environ({"HOLDLINE_BROKER_GOMAXPROCS": "two"})
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"HOLDLINE_BROKER_GOMAXPROCS": "two"}, "HOLDLINE_BROKER_GOMAXPROCS"),
+        ({"NATS_PORT": "four"}, "NATS_PORT"),
+    ],
+)
+def test_run_refuses_bad_settings_in_one_line_with_exit_78(
+    tmp_path: Path, env: dict[str, str], named: str
+) -> None:
+    with holdline_run(tmp_path, env) as running:
+        assert running.proc.wait(timeout=30) == EXIT_CONFIG
+        running.output.join()
+        lines = running.output.lines
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("[supervisor] refusing to start: "), lines
+    assert named in lines[0]
+    # Nothing was started: no broker store, no child.
+    assert not (tmp_path / ".data").exists()
 
 
 @pytest.fixture
