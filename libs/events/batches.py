@@ -10,7 +10,12 @@ MemberStatus = Literal["committed", "failed_final", "cancelled", "rejected"]
 
 
 class _Event(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type"
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="type",
+    gc=False,  # immutable, acyclic data: see libs/events/__init__.py
 ):
     pass
 
@@ -31,7 +36,9 @@ class BatchMemberSettled(_Event, frozen=True, kw_only=True, tag="batch.member_se
     status: MemberStatus
 
 
-class SettledMember(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class SettledMember(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False
+):
     """One member of a closed batch and the first terminal status it reached."""
 
     operation_id: str

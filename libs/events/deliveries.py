@@ -21,7 +21,12 @@ Decision = Literal[
 
 
 class _Event(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type"
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="type",
+    gc=False,  # immutable, acyclic data: see libs/events/__init__.py
 ):
     pass
 

@@ -13,7 +13,9 @@ SCHEMA_VERSION: Literal[1] = 1
 E = TypeVar("E")
 
 
-class Envelope(msgspec.Struct, Generic[E], frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Envelope(
+    msgspec.Struct, Generic[E], frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False
+):
     """One immutable event with every identity it knows, its schema version and time."""
 
     event_id: str

@@ -11,7 +11,12 @@ Channel = Literal["chat", "voice", "agent"]
 
 
 class _Event(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type"
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="type",
+    gc=False,  # immutable, acyclic data: see libs/events/__init__.py
 ):
     pass
 
@@ -39,7 +44,9 @@ class TurnReceived(_Event, frozen=True, kw_only=True, tag="turn.received"):
     client_turn_id: str | None = None
 
 
-class RepliedOperation(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class RepliedOperation(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False
+):
     """What admission answered for one operation of a replied turn."""
 
     operation_id: str

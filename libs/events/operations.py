@@ -41,7 +41,12 @@ CompletionSource = Literal["response", "callback", "poll", "reconcile", "operato
 
 
 class _Event(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, tag_field="type"
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    forbid_unknown_fields=True,
+    tag_field="type",
+    gc=False,  # immutable, acyclic data: see libs/events/__init__.py
 ):
     pass
 
@@ -135,7 +140,9 @@ class OperationReconciled(_Event, frozen=True, kw_only=True, tag="operation.reco
     detail: str = ""
 
 
-class AttemptRecord(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class AttemptRecord(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False
+):
     """A successful HTTP try, recorded in the commit it decided."""
 
     attempt: int

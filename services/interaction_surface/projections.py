@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import msgspec
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
@@ -87,9 +88,12 @@ def decode_cursor(text: str | None) -> Cursor:
     return tuple(int(p) for p in parts)
 
 
-@dataclass(frozen=True, slots=True)
-class Entry:
-    """One event of a session, where it sits in its stream, and the session's cursor after it."""
+class Entry(msgspec.Struct, frozen=True, gc=False):
+    """One event of a session, where it sits in its stream, and the session's cursor after it.
+
+    Not tracked by the cyclic collector, like the envelope it holds (libs/events/__init__.py):
+    the view keeps one per event, and a full collection would walk them all.
+    """
 
     stream: Context
     seq: int
