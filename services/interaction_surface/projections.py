@@ -339,8 +339,11 @@ class SurfaceView:
                 found.client_turns[event.client_turn_id] = env.turn_id
                 found.turn_channels[env.turn_id] = event.channel
         elif isinstance(event, TurnReplied):
-            if env.turn_id in found.turn_channels:
-                found.replies[env.turn_id or ""] = env
+            # A repeat of a client turn id is answered from the turn's own reply (the one
+            # with a response id). A closing said later is written under the turn that
+            # opened its batch; it must not replace that reply.
+            if env.turn_id in found.turn_channels and env.response_id is not None:
+                found.replies.setdefault(env.turn_id or "", env)
             found.written.update(event.attached_delivery_ids)
             if env.delivery_id:
                 found.written.add(env.delivery_id)
