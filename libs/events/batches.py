@@ -4,19 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-import msgspec
+from .base import EventPart, StreamEvent
 
 MemberStatus = Literal["committed", "failed_final", "cancelled", "rejected"]
 
 
-class _Event(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    forbid_unknown_fields=True,
-    tag_field="type",
-    gc=False,  # immutable, acyclic data: see libs/events/__init__.py
-):
+class _Event(StreamEvent, frozen=True, kw_only=True):
     pass
 
 
@@ -36,9 +29,7 @@ class BatchMemberSettled(_Event, frozen=True, kw_only=True, tag="batch.member_se
     status: MemberStatus
 
 
-class SettledMember(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False
-):
+class SettledMember(EventPart, frozen=True, kw_only=True):
     """One member of a closed batch and the first terminal status it reached."""
 
     operation_id: str

@@ -7,6 +7,8 @@ from typing import Annotated, Literal
 
 import msgspec
 
+from .base import StreamEvent
+
 DeliveryKind = Literal["final", "progress"]
 DeliveryMode = Literal["proactive", "next_turn", "interrupt"]
 Decision = Literal[
@@ -20,14 +22,7 @@ Decision = Literal[
 ]
 
 
-class _Event(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    forbid_unknown_fields=True,
-    tag_field="type",
-    gc=False,  # immutable, acyclic data: see libs/events/__init__.py
-):
+class _Event(StreamEvent, frozen=True, kw_only=True):
     pass
 
 

@@ -4,20 +4,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-import msgspec
+from .base import EventPart, StreamEvent
 
 # `agent`: an external agent (Agent API) that runs its own model and media.
 Channel = Literal["chat", "voice", "agent"]
 
 
-class _Event(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    forbid_unknown_fields=True,
-    tag_field="type",
-    gc=False,  # immutable, acyclic data: see libs/events/__init__.py
-):
+class _Event(StreamEvent, frozen=True, kw_only=True):
     pass
 
 
@@ -44,9 +37,7 @@ class TurnReceived(_Event, frozen=True, kw_only=True, tag="turn.received"):
     client_turn_id: str | None = None
 
 
-class RepliedOperation(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False
-):
+class RepliedOperation(EventPart, frozen=True, kw_only=True):
     """What admission answered for one operation of a replied turn."""
 
     operation_id: str

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-import msgspec
+from .base import EventPart, StreamEvent
 
 Owner = Literal["session", "agent"]
 Priority = Literal["normal", "urgent"]
@@ -40,14 +40,7 @@ AttemptOutcome = Literal[
 CompletionSource = Literal["response", "callback", "poll", "reconcile", "operator"]
 
 
-class _Event(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    forbid_unknown_fields=True,
-    tag_field="type",
-    gc=False,  # immutable, acyclic data: see libs/events/__init__.py
-):
+class _Event(StreamEvent, frozen=True, kw_only=True):
     pass
 
 
@@ -140,9 +133,7 @@ class OperationReconciled(_Event, frozen=True, kw_only=True, tag="operation.reco
     detail: str = ""
 
 
-class AttemptRecord(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True, gc=False
-):
+class AttemptRecord(EventPart, frozen=True, kw_only=True):
     """A successful HTTP try, recorded in the commit it decided."""
 
     attempt: int
