@@ -32,11 +32,8 @@ from libs.events import (
     Envelope,
     InteractionEvent,
     OperationAdmitted,
-    OperationCancelled,
-    OperationCommitted,
     OperationCompensated,
     OperationEvent,
-    OperationFailedFinal,
     OperationRejected,
     PlaybackFinished,
     PlaybackStarted,
@@ -203,27 +200,17 @@ class OperationFacts:
     tool: str = ""
     # Stream sequence of the admission: "newer" means admitted later in the stream.
     admitted_seq: int = 0
-    status: str = "admitted"
     compensated_by: str | None = None
 
 
-_TERMINAL_STATUS: Mapping[type, str] = {
-    OperationCommitted: "committed",
-    OperationFailedFinal: "failed_final",
-    OperationCancelled: "cancelled",
-    OperationRejected: "rejected",
-}
-
-
 # The operation events `evolve_facts` reads (every other kind leaves the facts as they are):
-# the delivery policy's consumer asks the broker for these kinds only.
+# the delivery policy's consumer asks the broker for these kinds only. How an operation
+# ended is not among them: the gate judges a closing by who asked, on which subject, and
+# whether it was undone, and the closing itself (from the coordinator) carries the outcome.
 FACT_EVENTS: tuple[type[OperationEvent], ...] = (
     OperationAdmitted,
     OperationRejected,
     OperationCompensated,
-    OperationCommitted,
-    OperationFailedFinal,
-    OperationCancelled,
 )
 
 
@@ -251,16 +238,11 @@ def evolve_facts(
                 owner=event.owner,
                 tool=event.tool,
                 admitted_seq=stream_seq,
-                status="admitted",
             )
         case OperationRejected(tool=tool):
-            return replace(state, tool=tool, status="rejected")
+            return replace(state, tool=tool)
         case OperationCompensated(compensation_operation_id=comp):
             return replace(state, compensated_by=comp)
-        case _:
-            status = _TERMINAL_STATUS.get(type(event))
-            if status is not None and state.status not in _TERMINAL_STATUS.values():
-                return replace(state, status=status)
     return state
 
 

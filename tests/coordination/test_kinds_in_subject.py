@@ -1,5 +1,6 @@
 """Batch and delivery events carry their kind in the subject; the real coordinator and
-policy are delivered only the kinds they ask for, and still close each batch once.
+policy are delivered only the kinds they ask for (the policy no operation's ending), and
+still close each batch once.
 
 The durables' own figures on the broker say what was delivered: the stream holds the
 batch's settlements and drain, the policy's decisions, yet the consumers' delivered
@@ -83,6 +84,12 @@ async def test_the_policy_is_not_delivered_its_own_decisions_and_still_decides_t
     last = (await js.stream_info(topology.stream_name(Context.DELIVERIES))).state.last_seq
     assert info.delivered.consumer_seq == 1
     assert info.delivered.stream_seq < last
+    # Of op1's events only the admission reached the policy: how it ended comes with the
+    # closing, which the gate judges by who asked, on which subject, and any undo.
+    ops = await _settled(js, topology, Context.OPERATIONS, "delivery-policy-operations")
+    stored = await js.stream_info(topology.stream_name(Context.OPERATIONS))
+    assert stored.state.messages >= 2
+    assert ops.delivered.consumer_seq == 1
 
     # It goes on from its own folded decision: quiet window, then said now.
     await scripted.interaction(session, SpeechStopped(stream_ms=900))

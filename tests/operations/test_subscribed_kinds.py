@@ -72,10 +72,12 @@ def test_the_dispatcher_takes_exactly_the_kinds_its_policy_turns_into_work() -> 
 def test_a_kind_the_delivery_policy_leaves_out_changes_no_fact() -> None:
     # The handler re-evaluates on admitted and compensated: both are asked for.
     assert {OperationAdmitted, OperationCompensated} <= set(FACT_EVENTS)
-    statuses = ("admitted", "committed", "rejected")
     known = [
-        OperationFacts(operation_id="op1", session_id="s1", tool="t", status=s, admitted_seq=3)
-        for s in statuses
+        OperationFacts(operation_id="op1", session_id="s1", tool="t", admitted_seq=3),
+        OperationFacts(
+            operation_id="op1", session_id="s1", tool="t", admitted_seq=3, subject_key="k",
+            user_id="u1", owner="agent", agent="a1", compensated_by="op2",
+        ),
     ]
     for cls in ALL:
         if cls in FACT_EVENTS:
