@@ -25,7 +25,6 @@ from libs.events import (
     BATCHES,
     CONTROL,
     OPERATIONS,
-    BatchOpened,
     Envelope,
     OperationCancel,
     OperationCancelRequested,
@@ -44,6 +43,7 @@ from .plan import (
     ToolCall,
     TurnAdmission,
     TurnContext,
+    batch_opened,
     claim_value,
     envelope,
     fresh,
@@ -162,10 +162,7 @@ class Admission:
         batch_id: str | None = None
         if members:
             batch_id = self._new_id("batch")
-            opened = BatchOpened(
-                operation_ids=tuple(p.operation_id for p in members),
-                tools=tuple(p.tool for p in members),
-            )
+            opened = batch_opened(members)
             with metrics.turn_phase("admission_batch_append"):
                 await self._open_batch(
                     ctx, self._env(ctx, opened, now, batch_id=batch_id), batch_id
@@ -302,7 +299,7 @@ class Admission:
             return self._outcome(plan, None, ctx.session_id)
         batch_id = self._new_id("batch")
         ids = plan_ids(plan, batch_id)
-        opened = BatchOpened(operation_ids=(plan.operation_id,), tools=(plan.tool,))
+        opened = batch_opened([plan])
         await self._open_batch(ctx, self._env(ctx, opened, now, **ids), batch_id)
         admitted = followups.compensation_admitted(ctx, plan, comp, operation_id, now)
         await self._append_all(

@@ -12,13 +12,14 @@ Over 400 lines: the turn's types and every planning step read as one unit, top t
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal, Protocol
 
 from libs.domain import OperationState, OpStatus
 from libs.events import (
+    BatchOpened,
     Envelope,
     OperationAdmitted,
     OperationAwaitingConfirmation,
@@ -341,6 +342,18 @@ def on_held_claim(plan: Plan, holder: str, state: OperationState | None) -> Plan
 def fresh(plans: list[Plan]) -> list[Plan]:
     """The plans that write events of their own (members of the turn's batch)."""
     return [p for p in plans if p.kind in ("admit", "reject", "confirm") and p.existing is None]
+
+
+def batch_opened(members: Sequence[Plan]) -> BatchOpened:
+    """The batch of a turn's fresh plans, naming with each member what its closing says."""
+    return BatchOpened(
+        operation_ids=tuple(p.operation_id for p in members),
+        tools=tuple(p.tool for p in members),
+        arguments=tuple(p.arguments for p in members),
+        priorities=tuple(
+            p.declaration.priority if p.declaration is not None else "normal" for p in members
+        ),
+    )
 
 
 def admitted(

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 from libs.events import (
     BatchDrained,
@@ -66,6 +66,10 @@ class BatchState:
     opened_at: datetime | None = None
     # Each member's tool, as `batch.opened` named it (empty on older batches).
     tools: tuple[str, ...] = ()
+    # Each member's arguments and priority, as `batch.opened` named them (empty on batches
+    # opened before they existed): with the tool, what a closing words a member with.
+    arguments: tuple[Mapping[str, Any], ...] = ()
+    priorities: tuple[str, ...] = ()
 
     @property
     def drained(self) -> bool:
@@ -103,7 +107,10 @@ def evolve(state: BatchState | None, env: Envelope[BatchEvent]) -> BatchState:
         case BatchOpened(operation_ids=ops, tools=tools):
             if state.members and state.members != ops:
                 raise BatchError(f"batch {batch_id} reopened with other members")
-            return evolved(state, version=v, members=ops, tools=tools)
+            return evolved(
+                state, version=v, members=ops, tools=tools, arguments=event.arguments,
+                priorities=event.priorities,
+            )
         case BatchMemberSettled(member_operation_id=op, status=status):
             if op not in state.members:
                 raise BatchError(f"batch {batch_id}: {op} is not a member")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from .base import EventPart, StreamEvent
+from .operations import Priority
 
 MemberStatus = Literal["committed", "failed_final", "cancelled", "rejected"]
 
@@ -20,6 +21,11 @@ class BatchOpened(_Event, frozen=True, kw_only=True, tag="batch.opened"):
     # Each member's tool, in the same order: what a closing names if a member never got
     # its admission (its turn died in between). Empty on batches opened before it existed.
     tools: tuple[str, ...] = ()
+    # Each member's arguments and priority, in the same order: with the tool, everything a
+    # closing words a member with, so the coordinator is not delivered the admissions.
+    # Empty on batches opened before they existed (the closing loads such a member).
+    arguments: tuple[dict[str, Any], ...] = ()
+    priorities: tuple[Priority, ...] = ()
 
 
 class BatchMemberSettled(_Event, frozen=True, kw_only=True, tag="batch.member_settled"):

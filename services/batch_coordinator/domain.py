@@ -20,6 +20,7 @@ from libs.events import (
     OperationAdmitted,
     OperationCancelled,
     OperationCommitted,
+    OperationConfirmed,
     OperationEvent,
     OperationFailedFinal,
     OperationProgress,
@@ -34,14 +35,18 @@ from libs.tools import ToolDeclaration
 from libs.tools.labels import label_of
 
 # The operation events the coordinator's consumer asks the broker for: the kinds
-# `evolve_member` reads, plus progress (a note). The terminal kinds settle a member; the
-# opening kinds give the closing its tool, arguments and priority; the kinds that set an
-# operation's failure before it ends word a cancelled member's detail. Every other kind
-# (started, attempted, confirmations, cancel requests and refusals, compensation, dead
-# letters) sets nothing a closing reads: a three-operation turn delivers 6, not 9.
+# `evolve_member` reads, plus progress (a note), less the admission. The terminal kinds
+# settle a member; the kinds that set an operation's failure before it ends word a
+# cancelled member's detail; a request or a rejection can be a member's only opening. What
+# an admission says (tool, arguments, priority) `batch.opened` already names for every
+# member (`opened_from_batch`), so it stays on the broker with every kind that sets nothing
+# a closing reads (started, attempted, awaiting confirmation, cancel requests and refusals,
+# compensation, dead letters): a three-operation turn delivers 3, not 9. A confirmation
+# says a request became an admission, whose priority the batch names. Start-up replays
+# read the whole stream, admissions included.
 COORDINATED: tuple[type[OperationEvent], ...] = (
     OperationRequested,
-    OperationAdmitted,
+    OperationConfirmed,
     OperationRejected,
     OperationProgress,
     OperationRetryScheduled,
@@ -86,6 +91,8 @@ class MemberView(msgspec.Struct, frozen=True, kw_only=True):
     # does not know what the operation was, and the closing loads the operation instead.
     opened: bool = False
     admitted: bool = False
+    # A request the user confirmed: its admission follows, with the batch's priority.
+    confirmed: bool = False
     status: MemberStatus | None = None
     result: dict[str, Any] | None = None
     failure: str | None = None
@@ -107,6 +114,8 @@ def evolve_member(view: MemberView | None, env: Envelope[OperationEvent]) -> Mem
                 view, tool=event.tool, arguments=event.arguments, priority=event.priority,
                 opened=True, admitted=True, batch_id=env.batch_id or view.batch_id,
             )
+        case OperationConfirmed():
+            return replace(view, confirmed=True)
         case OperationRequested(tool=tool, arguments=arguments) if not view.admitted:
             # A rejection's own tool name outranks the request's, as in the state machine.
             return replace(view, tool=view.tool or tool, arguments=arguments, opened=True)
@@ -134,6 +143,39 @@ def evolve_member(view: MemberView | None, env: Envelope[OperationEvent]) -> Mem
         case _:
             pass
     return view
+
+
+def opened_from_batch(
+    view: MemberView | None, state: BatchState, operation_id: str
+) -> MemberView | None:
+    """A member worded with what its batch's opening names, for what it was not delivered.
+
+    `batch.opened` names each member's tool, arguments and priority as its admission does.
+    A member with no opening kind of its own was admitted directly: it takes all three. A
+    confirmed request keeps its own words and takes the admission's priority. A folded
+    admission (a replay), an unconfirmed request and a rejection keep their own words. What
+    the member's own events added (its settlement, result or failure) is kept. None or an
+    unopened view when the batch predates those names: the closing loads the member.
+    """
+    if view is not None and (view.admitted or (view.opened and not view.confirmed)):
+        return view
+    if operation_id not in state.members or len(state.arguments) != len(state.members):
+        # A confirmed request with no priority to take is not worded blind.
+        return msgspec.structs.replace(view, opened=False) if view is not None else None
+    index = state.members.index(operation_id)
+    priority = state.priorities[index] if index < len(state.priorities) else "normal"
+    if view is not None and view.opened:
+        return msgspec.structs.replace(view, priority=priority)
+    base = view or MemberView(
+        operation_id=operation_id, session_id=state.session_id, batch_id=state.batch_id
+    )
+    return msgspec.structs.replace(
+        base,
+        tool=state.tools[index] if index < len(state.tools) else base.tool,
+        arguments=dict(state.arguments[index]),
+        priority=priority,
+        opened=True,
+    )
 
 
 def silent_members(

@@ -68,6 +68,7 @@ from .domain import (
     Worded,
     evolve_member,
     needs_model,
+    opened_from_batch,
     outcome_of,
     priority_of,
     progress_delivery_id,
@@ -235,7 +236,7 @@ class Coordinator:
             delivery_id = exc.existing.decode()
             log.warning("batch %s closing already claimed as %s", state.batch_id, delivery_id)
         crash_point("coordinator.after_claim")
-        members = [await self._member(state.session_id, m) for m in state.members]
+        members = [await self._member(state, m) for m in state.members]
         outcomes = [
             outcome_of(m, settled[m], s, self._declaration(s))
             for m, s in zip(state.members, members, strict=True)
@@ -373,12 +374,13 @@ class Coordinator:
             crash_point(f"coordinator.after_{str(event.__struct_config__.tag).split('.')[-1]}")
         return state, seq
 
-    async def _member(self, session_id: str, operation_id: str) -> Worded | None:
-        view = self.members.get(operation_id)
+    async def _member(self, state: BatchState, operation_id: str) -> Worded | None:
+        view = opened_from_batch(self.members.get(operation_id), state, operation_id)
         if view is not None and view.opened:
             return view
-        # Never seen what the operation is (no admission, request or rejection folded):
-        # its own subject says, folded by the operation's state machine.
+        # Never seen what the operation is (a batch opened by an earlier version, and no
+        # request or rejection folded): its own subject says, through its state machine.
+        session_id = state.session_id
         topo = self._rt.topology
         loaded = await load_from(
             self.store,

@@ -7,6 +7,11 @@ the batch would stay open for ever. The sweep gives each silent member its first
 `operation.rejected` with reason `interrupted`, guarded at expected sequence 0: if the
 admission is only late, whichever lands first stands and the other is refused. The
 rejection then settles the member like any other, and the batch closes once.
+
+Admissions are not delivered to the coordinator (`batch.opened` names what a closing says
+of each member), so a member still running past the grace with no other event delivered
+is tried too: the guard refuses the rejection (its admission is there), which costs one
+refused append per such member, and it counts as heard from then on.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ from libs.admission.plan import (
     REUSABLE,
     ToolCall,
     TurnContext,
+    batch_opened,
     envelope,
     fresh,
     outcome,
@@ -27,7 +28,13 @@ from libs.admission.plan import (
     plan_turn,
 )
 from libs.domain import OperationState, OpStatus
-from libs.events import OperationCancelRefused, OperationCancelRequested, OperationRejected
+from libs.events import (
+    OperationAdmitted,
+    OperationCancelRefused,
+    OperationCancelRequested,
+    OperationRejected,
+    OperationRequested,
+)
 from libs.tools import Limits, ToolDeclaration, ToolRegistry
 from libs.tools.demo import AccessItem
 
@@ -60,11 +67,17 @@ def _registry() -> ToolRegistry:
     registry.declare(
         ToolDeclaration(name="hidden_access", description="internal", internal=True, **common)
     )
+    registry.declare(
+        ToolDeclaration(name="urgent_access", description="urgent", priority="urgent", **common)
+    )
     return registry
 
 
 REGISTRY = _registry()
-TOOLS = ["open_access", "strict_access", "capped_access", "hidden_access", "no_such_tool"]
+TOOLS = [
+    "open_access", "strict_access", "capped_access", "hidden_access", "urgent_access",
+    "no_such_tool",
+]
 
 calls = st.builds(
     ToolCall,
@@ -141,6 +154,32 @@ def test_capacity_is_never_over_admitted(script: list[list[ToolCall]]) -> None:
         # A reservation for each new admission (and an in-turn repeat of one), no more.
         assert len({p.operation_id for p in admits}) <= len(turn.reservations) <= len(turn.plans)
         assert all(p.kind != "admit" or p.declaration is not None for p in turn.plans)
+
+
+@settings(max_examples=150, deadline=None)
+@given(turns)
+def test_a_batch_opens_with_the_words_its_members_open_with(script: list[list[ToolCall]]) -> None:
+    # The coordinator words a closing from `batch.opened` instead of the admissions: what
+    # it names of each member must be what that member's first event says.
+    _, planned = _run(script)
+    for ctx, turn in planned:
+        members = fresh(list(turn.plans))
+        opened = batch_opened(members)
+        assert opened.operation_ids == tuple(p.operation_id for p in members)
+        named = zip(opened.tools, opened.arguments, opened.priorities, strict=True)
+        for plan, (tool, arguments, priority) in zip(members, named, strict=True):
+            first = plan_events(ctx, plan, NOW)[0]
+            match first:
+                case OperationAdmitted():
+                    assert (tool, arguments, priority) == (
+                        first.tool, first.arguments, first.priority
+                    )
+                case OperationRequested():
+                    assert (tool, arguments) == (first.tool, first.arguments)
+                case OperationRejected():
+                    assert tool == first.tool
+                case _:
+                    raise AssertionError(first)
 
 
 @settings(max_examples=150, deadline=None)

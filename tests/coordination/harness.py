@@ -163,18 +163,33 @@ class Scripted:
         agent: str | None = None,
         tool: str = "provision_access",
         silent: tuple[str, ...] = (),
+        words: bool = True,
     ) -> None:
         """batch.opened first, then operation.admitted per member (the admission contract).
 
         `ops` maps operation id to admission options: arguments, subject_key, owner, priority.
         `silent` members are in the batch but never admitted (their turn died in between).
+        `words=False` opens the batch as earlier versions did: ids and tools only.
         """
         turn = turn or new_id("turn")
         agent = agent or self.agent
         members = (*ops, *silent)
         tools = tuple(ops[op].get("tool", tool) if op in ops else tool for op in members)
-        opened = self._env(session, BatchOpened(operation_ids=members, tools=tools),
-                           batch_id=batch, turn_id=turn, agent=agent)
+        event = BatchOpened(operation_ids=members, tools=tools)
+        if words:
+            event = BatchOpened(
+                operation_ids=members,
+                tools=tools,
+                arguments=tuple(
+                    ops[op].get("arguments", {"access": op}) if op in ops else {}
+                    for op in members
+                ),
+                priorities=tuple(
+                    ops[op].get("priority", "normal") if op in ops else "normal"
+                    for op in members
+                ),
+            )
+        opened = self._env(session, event, batch_id=batch, turn_id=turn, agent=agent)
         await append(self.js, BATCHES, self.topology.batch_subject(session, batch), opened)
         for op, options in ops.items():
             await self.operation(

@@ -1,5 +1,6 @@
 """On the real broker, the coordinator's durable holds only the kinds its member view folds,
-and a member's life delivers it its admission and its end, not its start or attempts."""
+and a member's life delivers it its end, not its admission (`batch.opened` names what the
+closing says of it), its start or its attempts."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from nats.js import JetStreamContext
 
 from harness.surface import eventually
 from libs.bus import Context, Topology
-from libs.events import OperationAttempted, OperationStarted
+from libs.events import OperationAdmitted, OperationAttempted, OperationStarted
 from services.batch_coordinator.domain import COORDINATED
 from services.batch_coordinator.settings import SERVICE
 from tests.coordination.harness import Scripted, Services, assert_one_final, new_id
@@ -22,7 +23,8 @@ async def test_the_coordinator_is_delivered_only_the_kinds_its_closing_reads(
     assert sorted(info.config.filter_subjects or ()) == sorted(
         topology.operation_kinds_filter(COORDINATED)
     )
-    for left_out in topology.operation_kinds_filter((OperationStarted, OperationAttempted)):
+    left_out_kinds = (OperationAdmitted, OperationStarted, OperationAttempted)
+    for left_out in topology.operation_kinds_filter(left_out_kinds):
         assert left_out not in (info.config.filter_subjects or ())
     delivered_before = info.delivered.consumer_seq
 
@@ -42,6 +44,6 @@ async def test_the_coordinator_is_delivered_only_the_kinds_its_closing_reads(
     await assert_one_final(scripted, session, batch)
     after = await js.consumer_info(stream, durable)
     assert after.num_pending == 0
-    # operation.admitted and operation.committed; the start and the attempt stay on the
+    # operation.committed alone; the admission, the start and the attempt stay on the
     # broker (a redelivery would count too: none is due within the 2 s ack wait).
-    assert after.delivered.consumer_seq - delivered_before == 2
+    assert after.delivered.consumer_seq - delivered_before == 1

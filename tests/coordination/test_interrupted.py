@@ -13,7 +13,14 @@ from nats.js import JetStreamContext
 from harness.surface import eventually
 from libs.bus import ConcurrencyConflict, Topology, append
 from libs.domain.batch import BatchState
-from libs.events import OPERATIONS, DeliveryReady, Envelope, OperationAdmitted, OperationRejected
+from libs.events import (
+    OPERATIONS,
+    DeliveryReady,
+    Envelope,
+    OperationAdmitted,
+    OperationCommitted,
+    OperationRejected,
+)
 from services.batch_coordinator.domain import silent_members
 from tests.coordination.harness import Scripted, Services, assert_one_final, new_id
 
@@ -80,3 +87,29 @@ async def test_a_batch_whose_turn_died_before_an_admission_closes_once_and_refus
     await asyncio.sleep(1.0)
     await assert_one_final(scripted, session, batch)
     assert len(await scripted.operation_events(session, "op2")) == 1
+
+
+@pytest.mark.parametrize("services", [QUICK], indirect=True)
+async def test_a_member_admitted_but_running_past_the_grace_is_never_rejected(
+    scripted: Scripted, services: Services
+) -> None:
+    # The coordinator is not delivered admissions: a long run with nothing else delivered
+    # looks silent, and the guard (its admission is there) refuses the rejection.
+    session, batch = new_id("s"), new_id("b")
+    await scripted.open_session(session)
+    await scripted.open_batch(session, batch, {"op1": {}}, tool="book_table")
+    await asyncio.sleep(2.0)  # the 1 s grace, and several 0.2 s sweeps, go by
+    events = await scripted.operation_events(session, "op1")
+    assert [type(e.event) for e in events] == [OperationAdmitted]
+    await scripted.commit(session, batch, "op1")
+
+    async def closed() -> list[Envelope[object]]:
+        return [e for e in await scripted.finals(session) if e.batch_id == batch]
+
+    await eventually(closed, timeout_s=15)
+    ready = await assert_one_final(scripted, session, batch)
+    assert isinstance(ready.event, DeliveryReady)
+    assert "nothing was done" not in ready.event.text, ready.event.text
+    assert [type(e.event) for e in await scripted.operation_events(session, "op1")] == [
+        OperationAdmitted, OperationCommitted
+    ]

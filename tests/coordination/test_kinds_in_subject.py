@@ -1,6 +1,6 @@
 """Batch and delivery events carry their kind in the subject; the real coordinator and
-policy are delivered only the kinds they ask for (the policy no operation's ending), and
-still close each batch once.
+policy are delivered only the kinds they ask for (the coordinator no admission, the policy no
+operation's ending), and still close each batch once.
 
 The durables' own figures on the broker say what was delivered: the stream holds the
 batch's settlements and drain, the policy's decisions, yet the consumers' delivered
@@ -58,6 +58,46 @@ async def test_the_coordinator_is_delivered_only_batch_opened_and_closes_once(
     assert stream.state.messages == 2
     assert info.delivered.consumer_seq == 1
     assert info.delivered.stream_seq == 1 < stream.state.last_seq
+
+
+async def test_the_coordinator_words_each_member_from_batch_opened_not_its_admission(
+    scripted: Scripted, services: Services, js: JetStreamContext, topology: Topology
+) -> None:
+    session, batch = new_id("s"), new_id("b")
+    await scripted.open_session(session)
+    await scripted.open_batch(
+        session, batch, {"alpha": {}, "beta": {"arguments": {"access": "beta-room"}}}
+    )
+    for op in ("alpha", "beta"):
+        await scripted.commit(session, batch, op)
+    await eventually(lambda: _closed(scripted, session, batch))
+    ready = await assert_one_final(scripted, session, batch)
+    assert isinstance(ready.event, DeliveryReady)
+    assert ready.event.text == "All done: alpha and beta-room."
+
+    info = await _settled(js, topology, Context.OPERATIONS, "batch-coordinator-operations")
+    stored = await js.stream_info(topology.stream_name(Context.OPERATIONS))
+    # Two admissions and two commits are stored; only the commits were delivered.
+    assert stored.state.messages == 4
+    assert info.delivered.consumer_seq == 2
+
+
+async def test_a_batch_opened_without_its_members_words_still_closes_in_their_words(
+    scripted: Scripted, services: Services
+) -> None:
+    # As earlier versions opened batches: the closing loads each member from its subject.
+    session, batch = new_id("s"), new_id("b")
+    await scripted.open_session(session)
+    await scripted.open_batch(
+        session, batch, {"alpha": {}, "beta": {"arguments": {"access": "beta-room"}}},
+        words=False,
+    )
+    for op in ("alpha", "beta"):
+        await scripted.commit(session, batch, op)
+    await eventually(lambda: _closed(scripted, session, batch))
+    ready = await assert_one_final(scripted, session, batch)
+    assert isinstance(ready.event, DeliveryReady)
+    assert ready.event.text == "All done: alpha and beta-room."
 
 
 async def test_the_policy_is_not_delivered_its_own_decisions_and_still_decides_the_same(

@@ -23,14 +23,29 @@ from tests.support.events import envelope
 
 from .support import STREAMS, completes_a_tool_call, healthy, valid
 
-SUBJECTS: dict[Context, Callable[[Topology, str], str]] = {
-    Context.INTERACTION: lambda t, s: t.session_subject(s),
-    # A kind every durable of the stream asks for (each filters by kind).
-    Context.OPERATIONS: lambda t, s: t.operation_event_subject(s, "op1", "admitted"),
-    Context.BATCHES: lambda t, s: t.batch_event_subject(s, "b1", "opened"),
-    Context.DELIVERIES: lambda t, s: t.delivery_event_subject(s, "d1", "ready"),
-    Context.WORK: lambda t, s: t.work_subject(s, "op1"),
+SUBJECTS: dict[Context, tuple[Callable[[Topology, str], str], ...]] = {
+    Context.INTERACTION: (lambda t, s: t.session_subject(s),),
+    # Kinds that, together, every durable of the stream asks for (each filters by kind):
+    # the worker and the policy take admissions, the coordinator commits.
+    Context.OPERATIONS: (
+        lambda t, s: t.operation_event_subject(s, "op1", "admitted"),
+        lambda t, s: t.operation_event_subject(s, "op1", "committed"),
+    ),
+    Context.BATCHES: (lambda t, s: t.batch_event_subject(s, "b1", "opened"),),
+    Context.DELIVERIES: (lambda t, s: t.delivery_event_subject(s, "d1", "ready"),),
+    Context.WORK: (lambda t, s: t.work_subject(s, "op1"),),
 }
+
+
+def _matches(pattern: str, subject: str) -> bool:
+    """NATS subject matching: `*` is one token, a final `>` the rest."""
+    want, got = pattern.split("."), subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(got) > i
+        if i >= len(got) or token not in ("*", got[i]):
+            return False
+    return len(want) == len(got)
 # The control stream has no durable consumer (only the surface's live view reads it).
 
 
@@ -80,15 +95,27 @@ async def test_poison_on_every_stream_is_dead_lettered_by_every_consumer_with_it
     topology = Topology(stack.prefix)
     bystander = await open_chat(client)
     expected: dict[str, tuple[str, set[str]]] = {}
-    for context, subject_of in SUBJECTS.items():
+    for context, subjects_of in SUBJECTS.items():
         stream = topology.stream_name(context)
-        durables = {c.config.durable_name for c in await js.consumers_info(stream)}
-        durables.discard(None)
-        assert durables, stream
-        for reason, payload in payloads(context).items():
-            subject = subject_of(topology, f"poison-{uuid.uuid4().hex[:12]}")
-            await js.publish(subject, payload)
-            expected[subject] = (reason, {str(d) for d in durables})
+        filters = {
+            str(c.config.durable_name): c.config.filter_subjects or [c.config.filter_subject or ""]
+            for c in await js.consumers_info(stream)
+            if c.config.durable_name
+        }
+        assert filters, stream
+        reached: set[str] = set()
+        for subject_of in subjects_of:
+            for reason, payload in payloads(context).items():
+                subject = subject_of(topology, f"poison-{uuid.uuid4().hex[:12]}")
+                takers = {
+                    d for d, fs in filters.items() if any(f and _matches(f, subject) for f in fs)
+                }
+                assert takers, subject
+                reached |= takers
+                await js.publish(subject, payload)
+                expected[subject] = (reason, takers)
+        # Every durable of the stream meets poison.
+        assert reached == set(filters), (stream, reached)
 
     async def all_dead_lettered() -> dict[str, list[DeadLetter]] | None:
         by_subject: dict[str, list[DeadLetter]] = {}
