@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from nats.js import JetStreamContext
 
 from harness.surface import eventually
@@ -60,13 +61,18 @@ async def test_the_coordinator_is_delivered_only_batch_opened_and_closes_once(
     assert info.delivered.stream_seq == 1 < stream.state.last_seq
 
 
-async def test_the_coordinator_words_each_member_from_batch_opened_not_its_admission(
-    scripted: Scripted, services: Services, js: JetStreamContext, topology: Topology
+@pytest.mark.parametrize("words", [True, False], ids=["batch-names-words", "earlier-batch"])
+async def test_the_coordinator_words_each_member_without_being_delivered_its_admission(
+    scripted: Scripted, services: Services, js: JetStreamContext, topology: Topology,
+    words: bool,
 ) -> None:
+    # From what `batch.opened` names; on a batch opened as earlier versions did (ids and
+    # tools only), from each member's subject, loaded when the closing is due.
     session, batch = new_id("s"), new_id("b")
     await scripted.open_session(session)
     await scripted.open_batch(
-        session, batch, {"alpha": {}, "beta": {"arguments": {"access": "beta-room"}}}
+        session, batch, {"alpha": {}, "beta": {"arguments": {"access": "beta-room"}}},
+        words=words,
     )
     for op in ("alpha", "beta"):
         await scripted.commit(session, batch, op)
@@ -80,24 +86,6 @@ async def test_the_coordinator_words_each_member_from_batch_opened_not_its_admis
     # Two admissions and two commits are stored; only the commits were delivered.
     assert stored.state.messages == 4
     assert info.delivered.consumer_seq == 2
-
-
-async def test_a_batch_opened_without_its_members_words_still_closes_in_their_words(
-    scripted: Scripted, services: Services
-) -> None:
-    # As earlier versions opened batches: the closing loads each member from its subject.
-    session, batch = new_id("s"), new_id("b")
-    await scripted.open_session(session)
-    await scripted.open_batch(
-        session, batch, {"alpha": {}, "beta": {"arguments": {"access": "beta-room"}}},
-        words=False,
-    )
-    for op in ("alpha", "beta"):
-        await scripted.commit(session, batch, op)
-    await eventually(lambda: _closed(scripted, session, batch))
-    ready = await assert_one_final(scripted, session, batch)
-    assert isinstance(ready.event, DeliveryReady)
-    assert ready.event.text == "All done: alpha and beta-room."
 
 
 async def test_the_policy_is_not_delivered_its_own_decisions_and_still_decides_the_same(
