@@ -209,8 +209,8 @@ class Conversations:
 
         async def delivered() -> datetime | None:
             # While a stream elects a leader the surface may answer 503 (retry): not yet.
-            response = await chat.client.get(f"/v1/sessions/{chat.session_id}", headers=chat.auth)
-            if response.status_code == 503:
+            response = await _poll(chat, f"/v1/sessions/{chat.session_id}")
+            if response is None or response.status_code == 503:
                 return None
             assert response.status_code == 200, response.text
             snap = response.json()
@@ -222,10 +222,8 @@ class Conversations:
                 return None
             if not finals or finals[0]["status"] != "delivered":
                 return None
-            response = await chat.client.get(
-                f"/v1/sessions/{chat.session_id}/timeline", headers=chat.auth
-            )
-            if response.status_code == 503:
+            response = await _poll(chat, f"/v1/sessions/{chat.session_id}/timeline")
+            if response is None or response.status_code == 503:
                 return None
             for event in response.json()["events"]:
                 if (
@@ -301,3 +299,15 @@ async def settled(cluster: Cluster, prefix: str, timeout_s: float = 60.0) -> Non
 def elapsed(started: float) -> float:
     """Seconds since a monotonic instant."""
     return round(time.monotonic() - started, 2)
+
+
+async def _poll(chat: Chat, path: str) -> httpx.Response | None:
+    """One poll of a session's read route; None when the connection was closed under it.
+
+    A pooled connection the server closed as idle (its keep-alive ran out while other polls
+    waited out an election) can be reused by the next poll at that instant: poll again.
+    """
+    try:
+        return await chat.client.get(path, headers=chat.auth)
+    except httpx.RemoteProtocolError:
+        return None
