@@ -159,11 +159,12 @@ def opened_from_batch(
     """
     if view is not None and (view.admitted or (view.opened and not view.confirmed)):
         return view
-    if operation_id not in state.members or len(state.arguments) != len(state.members):
+    named = len(state.arguments) == len(state.priorities) == len(state.members)
+    if operation_id not in state.members or not named:
         # A confirmed request with no priority to take is not worded blind.
         return msgspec.structs.replace(view, opened=False) if view is not None else None
     index = state.members.index(operation_id)
-    priority = state.priorities[index] if index < len(state.priorities) else "normal"
+    priority = state.priorities[index]
     if view is not None and view.opened:
         return msgspec.structs.replace(view, priority=priority)
     base = view or MemberView(
@@ -171,7 +172,7 @@ def opened_from_batch(
     )
     return msgspec.structs.replace(
         base,
-        tool=state.tools[index] if index < len(state.tools) else base.tool,
+        tool=state.tools[index],
         arguments=dict(state.arguments[index]),
         priority=priority,
         opened=True,

@@ -175,20 +175,16 @@ class Scripted:
         agent = agent or self.agent
         members = (*ops, *silent)
         tools = tuple(ops[op].get("tool", tool) if op in ops else tool for op in members)
-        event = BatchOpened(operation_ids=members, tools=tools)
-        if words:
-            event = BatchOpened(
-                operation_ids=members,
-                tools=tools,
-                arguments=tuple(
-                    ops[op].get("arguments", {"access": op}) if op in ops else {}
-                    for op in members
-                ),
-                priorities=tuple(
-                    ops[op].get("priority", "normal") if op in ops else "normal"
-                    for op in members
-                ),
-            )
+        arguments = tuple(ops[op].get("arguments", {"access": op}) if op in ops else {}
+                          for op in members)
+        priorities = tuple(ops[op].get("priority", "normal") if op in ops else "normal"
+                           for op in members)
+        event = BatchOpened(
+            operation_ids=members,
+            tools=tools,
+            arguments=arguments if words else (),
+            priorities=priorities if words else (),
+        )
         opened = self._env(session, event, batch_id=batch, turn_id=turn, agent=agent)
         await append(self.js, BATCHES, self.topology.batch_subject(session, batch), opened)
         for op, options in ops.items():

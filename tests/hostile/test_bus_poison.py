@@ -17,6 +17,7 @@ from nats.js import JetStreamContext
 
 from harness.surface import SurfaceStack, eventually, open_chat
 from libs.bus import DEAD_LETTER_DECODER, Context, DeadLetter, Topology, connect
+from libs.bus.memory import subject_matches
 from libs.config import BusSettings
 from libs.events import INTERACTION, OPERATIONS, OperationCommitted, SessionOpened
 from tests.support.events import envelope
@@ -35,17 +36,6 @@ SUBJECTS: dict[Context, tuple[Callable[[Topology, str], str], ...]] = {
     Context.DELIVERIES: (lambda t, s: t.delivery_event_subject(s, "d1", "ready"),),
     Context.WORK: (lambda t, s: t.work_subject(s, "op1"),),
 }
-
-
-def _matches(pattern: str, subject: str) -> bool:
-    """NATS subject matching: `*` is one token, a final `>` the rest."""
-    want, got = pattern.split("."), subject.split(".")
-    for i, token in enumerate(want):
-        if token == ">":
-            return len(got) > i
-        if i >= len(got) or token not in ("*", got[i]):
-            return False
-    return len(want) == len(got)
 # The control stream has no durable consumer (only the surface's live view reads it).
 
 
@@ -108,7 +98,8 @@ async def test_poison_on_every_stream_is_dead_lettered_by_every_consumer_with_it
             for reason, payload in payloads(context).items():
                 subject = subject_of(topology, f"poison-{uuid.uuid4().hex[:12]}")
                 takers = {
-                    d for d, fs in filters.items() if any(f and _matches(f, subject) for f in fs)
+                    d for d, fs in filters.items()
+                    if any(f and subject_matches(f, subject) for f in fs)
                 }
                 assert takers, subject
                 reached |= takers
