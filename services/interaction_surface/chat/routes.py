@@ -165,7 +165,7 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
             ) from None
         with metrics.turn_phase("respond"):
             # The turn's record is written once this response is out (Turns.handle).
-            return JSONResponse(answer, background=BackgroundTask(sent.set))
+            return JSONResponse(answer, background=BackgroundTask(_mark_sent, sent))
 
     @router.delete(
         "/v1/sessions/{session_id}",
@@ -178,6 +178,13 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
         return JSONResponse(
             {"session_id": session_id, "status": "erased", "pending_operations": pending}
         )
+
+
+async def _mark_sent(sent: asyncio.Event) -> None:
+    """A coroutine, so Starlette runs it on the loop: a plain callable would be sent to its
+    thread pool, one thread hand-off per turn, and `asyncio.Event.set` is not thread-safe
+    (a waiter woken from another thread waits for the loop's next wake-up)."""
+    sent.set()
 
 
 async def _caught_up(surface: Surface, session_id: str) -> None:
