@@ -34,6 +34,7 @@ from .agent_channel import AgentChannel
 from .api import Started, Surface, build_demo_router, install
 from .chat.deliveries import DeliveryExecutor
 from .chat.routes import BODIES, build_chat_router
+from .chat.routing import ACTED_ON
 from .chat.turns import Turns
 from .projections import SurfaceView
 from .settings import Settings
@@ -124,7 +125,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         ),
         # Asked for at start-up, once the delivery executor below (which takes the runtime)
         # exists.
-        consumers=lambda: (consumes(Context.DELIVERIES, DELIVERIES, executor.on_delivery),),
+        consumers=lambda: (
+            consumes(
+                Context.DELIVERIES,
+                DELIVERIES,
+                executor.on_delivery,
+                filter_subjects=lambda topology: topology.kinds_filter(
+                    Context.DELIVERIES, ACTED_ON
+                ),
+            ),
+        ),
     )
     surface = Surface(runtime=runtime, view=view, settings=settings, clock=clock, ids=ids)
     # Calls and agent connections are owned in one bucket (same owner, same owner-lost

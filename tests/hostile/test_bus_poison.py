@@ -33,7 +33,11 @@ SUBJECTS: dict[Context, tuple[Callable[[Topology, str], str], ...]] = {
         lambda t, s: t.operation_event_subject(s, "op1", "committed"),
     ),
     Context.BATCHES: (lambda t, s: t.batch_event_subject(s, "b1", "opened"),),
-    Context.DELIVERIES: (lambda t, s: t.delivery_event_subject(s, "d1", "ready"),),
+    # The policy takes readiness, the surface's executor decisions.
+    Context.DELIVERIES: (
+        lambda t, s: t.delivery_event_subject(s, "d1", "ready"),
+        lambda t, s: t.delivery_event_subject(s, "d1", "decided"),
+    ),
     Context.WORK: (lambda t, s: t.work_subject(s, "op1"),),
 }
 # The control stream has no durable consumer (only the surface's live view reads it).

@@ -21,9 +21,10 @@ from harness.surface import (
     open_chat,
     unique,
 )
-from libs.bus import Topology, append, connect
+from libs.bus import Context, Topology, append, connect
 from libs.config import BusSettings
 from libs.events import INTERACTION, Envelope, TurnReceived
+from services.interaction_surface.chat.routing import ACTED_ON
 from tests.support.drained import settled
 
 # Words an acceptance must never use: the work has only started.
@@ -106,6 +107,48 @@ async def test_batch_of_three_accesses_closes_once_on_history_and_stream(
     assert len(attempts) == 3
     assert all(e["data"]["attempt"]["attempt"] == 1 for e in attempts)
     assert all(e["operation_id"] and e["intent_key"] and e["batch_id"] for e in attempts)
+    # The worker called the provider three times at the INFO level and wrote no line per
+    # request (httpx's own request log is for DEBUG: libs/serve.py).
+    worker_log = (stack.logs / "operation_worker.log").read_text()
+    assert "HTTP Request:" not in worker_log
+
+
+async def test_the_executor_is_delivered_only_the_delivery_kinds_it_acts_on(
+    client: httpx.AsyncClient, stack: SurfaceStack
+) -> None:
+    topology = Topology(stack.prefix)
+    stream = topology.stream_name(Context.DELIVERIES)
+    durable = topology.durable("interaction-surface", Context.DELIVERIES.value)
+    nc = await connect(BusSettings(nats_url=stack.nats_url, prefix=stack.prefix), name="probe")
+    try:
+        js = nc.jetstream()
+        info = await js.consumer_info(stream, durable)
+        assert sorted(info.config.filter_subjects or ()) == sorted(
+            topology.kinds_filter(Context.DELIVERIES, ACTED_ON)
+        )
+        await settled(stack)
+        before = (await js.consumer_info(stream, durable)).delivered.consumer_seq
+        chat = await open_chat(client)
+        answer = await chat.say(f"give me access to {unique('github')}")
+        batch = answer["operations"][0]["batch_id"]
+
+        async def delivered() -> dict[str, Any] | None:
+            snap = await chat.snapshot()
+            done = [d for d in snap["deliveries"] if d["status"] == "delivered"]
+            return snap if done else None
+
+        snap = await eventually(delivered)
+        assert len(closings(snap, batch)) == 1
+        await settled(stack)
+        after = await js.consumer_info(stream, durable)
+    finally:
+        await nc.close()
+    kinds = [e["type"] for e in await chat.timeline() if e["type"].startswith("delivery.")]
+    assert kinds == ["delivery.ready", "delivery.decided", "delivery.sent", "delivery.delivered"]
+    # The closing's decision and its sent mark; its readiness and the executor's own
+    # `delivered` stay on the broker (a redelivery would count too: none is due once settled).
+    assert after.delivered.consumer_seq - before == 2
+    assert after.num_pending == 0
 
 
 async def test_one_failure_closes_once_with_an_explanation_and_an_alternative(

@@ -2,14 +2,33 @@
 
 from __future__ import annotations
 
+import typing
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libs.domain import DeliveryState
-from libs.domain.delivery import DeliveryStatus
+from libs.domain import DeliveryState, delivery
+from libs.domain.delivery import DeliveryStatus, IllegalDeliveryTransition
+from libs.events import (
+    DeliveryAttached,
+    DeliveryDecided,
+    DeliveryDelivered,
+    DeliveryEvent,
+    DeliveryReady,
+    DeliveryReconciliationRequested,
+    DeliveryRequeued,
+    DeliverySent,
+    DeliverySpoken,
+    DeliverySuperseded,
+    DeliverySuppressed,
+    DeliveryUnheard,
+    Envelope,
+)
+from libs.events.deliveries import Decision
 from services.interaction_surface.chat.routing import (
+    ACTED_ON,
     Channels,
     Route,
     lost_reason,
@@ -106,3 +125,60 @@ def test_the_sent_mark_keeps_the_channel_and_an_interrupt_stays_one(
 def test_a_call_nobody_holds_is_lost_and_no_call_is_ended() -> None:
     assert lost_reason(["call_1"]) == "call_lost"
     assert lost_reason([]) == "call_ended"
+
+
+# One event of every delivery kind, in each of its shapes that the fold reads differently.
+EVERY_KIND: tuple[DeliveryEvent, ...] = (
+    DeliveryReady(kind="final", text="done", short_text="done", source_operation_ids=("op_1",)),
+    *(
+        DeliveryDecided(decision=d, reason="r")
+        for d in typing.get_args(Decision)
+    ),
+    DeliverySent(mode="proactive", channel="chat"),
+    DeliverySent(mode="interrupt", channel="voice"),
+    DeliverySent(mode="proactive", channel="agent", connection_id="conn_1"),
+    DeliveryDelivered(),
+    DeliverySpoken(),
+    DeliveryUnheard(played_ms=10, reason="barge_in"),
+    DeliverySuppressed(reason="r"),
+    DeliverySuperseded(by_delivery_id="del_2", reason="r"),
+    DeliveryAttached(attached_to_turn_id="turn_1"),
+    DeliveryRequeued(text="shorter", reason="r"),
+    DeliveryReconciliationRequested(operation_ids=("op_1",), reason="r"),
+)
+
+
+def _envelope(event: DeliveryEvent) -> Envelope[DeliveryEvent]:
+    return Envelope(
+        event_id="ev_1",
+        occurred_at=datetime(2026, 1, 1, tzinfo=UTC),
+        session_id="sess_1",
+        batch_id="batch_1",
+        delivery_id="del_1",
+        event=event,
+    )
+
+
+def test_every_delivery_kind_is_exercised() -> None:
+    assert {type(e) for e in EVERY_KIND} == set(typing.get_args(DeliveryEvent))
+
+
+@settings(max_examples=300, deadline=None)
+@given(deliveries, channels)
+def test_only_the_kinds_the_executor_hears_put_a_delivery_in_its_hands(
+    state: DeliveryState, have: Channels
+) -> None:
+    """The executor's consumer is delivered `ACTED_ON` only. Every other kind, from any
+    state, leads to a state with nothing to do, or leaves a step that was already there
+    (and was asked for by the event that made it)."""
+    for event in EVERY_KIND:
+        start: DeliveryState | None = None if isinstance(event, DeliveryReady) else state
+        try:
+            after = delivery.evolve(start, _envelope(event))
+        except IllegalDeliveryTransition:
+            continue
+        if isinstance(event, ACTED_ON) or route(after, have) is Route.NOTHING:
+            continue
+        assert start is not None, type(event).__name__
+        assert route(start, have) is route(after, have), type(event).__name__
+        assert (start.handed_off, start.status) == (after.handed_off, after.status)

@@ -15,9 +15,22 @@ from typing import Literal
 
 from libs.domain import DeliveryState
 from libs.domain.delivery import DeliveryStatus
-from libs.events import DeliveryAttached, DeliverySent, TurnReceived
+from libs.events import (
+    DeliveryAttached,
+    DeliveryDecided,
+    DeliveryEvent,
+    DeliverySent,
+    TurnReceived,
+)
 
 from ..projections import Entry
+
+# The delivery kinds the executor's consumer asks the broker for: the only ones after which
+# `route` can name a step (a say-now decision hands a delivery over; `sent` and `attached`
+# put it in flight). Every other kind leaves a delivery pending without a decision, settled,
+# or where it was, so the executor would find nothing to do; per chat closing that spares
+# `delivery.ready` and the executor's own `delivery.delivered`, two deliveries and two acks.
+ACTED_ON: tuple[type[DeliveryEvent], ...] = (DeliveryDecided, DeliverySent, DeliveryAttached)
 
 
 class Route(StrEnum):
