@@ -15,10 +15,10 @@ traces are per request, unlike metrics, whose labels never carry a session.
 
 A trace starts at the edge: `TracingMiddleware` opens one `<METHOD> <route>` span (kind
 SERVER) per HTTP request, continuing the caller's W3C `traceparent` when it sends one, so the
-appends a request makes are its children. `inject_headers` is an httpx request hook that
-sends the current context along (the worker's calls to the provider), so the provider's
-request span joins the operation's trace; `current_headers` hands the context to work done
-later (the provider stores it with an async completion's callback and sends it along).
+appends a request makes are its children. `current_headers` is the current context as
+headers: the worker's calls to the provider carry it (`libs.tools.wire`), so the provider's
+request span joins the operation's trace, and it hands the context to work done later (the
+provider stores it with an async completion's callback and sends it along).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-import httpx
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 log = logging.getLogger(__name__)
@@ -212,7 +211,3 @@ def current_headers() -> dict[str, str]:
         propagate.inject(carrier)
     return carrier
 
-
-async def inject_headers(request: httpx.Request) -> None:
-    """httpx request hook: carry the current trace context to the server (no-op when off)."""
-    request.headers.update(current_headers())

@@ -35,6 +35,7 @@ from .executor import (
 )
 from .sandbox import classify_exception
 from .templates import Template, TemplateError, dig
+from .wire import Answer, HttpClient
 
 DEFAULT_RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
 _TOLERANCE_S = 300.0
@@ -110,7 +111,7 @@ def retry_after_s(value: str | None, *, now: float) -> float | None:
     return max(0.0, when.timestamp() - now)
 
 
-def _json(response: httpx.Response) -> dict[str, Any]:
+def _json(response: Answer) -> dict[str, Any]:
     if not response.content:
         return {}
     try:
@@ -128,7 +129,7 @@ def _public(arguments: Mapping[str, Any]) -> dict[str, Any]:
 class HttpExecutor:
     """One file-declared tool against its HTTP API."""
 
-    def __init__(self, spec: HttpSpec, client: httpx.AsyncClient) -> None:
+    def __init__(self, spec: HttpSpec, client: HttpClient) -> None:
         self._spec = spec
         self._client = client
 
@@ -143,7 +144,7 @@ class HttpExecutor:
         ref = dig(body, self._spec.id_field)
         return None if ref is None or isinstance(ref, dict | list) else str(ref)
 
-    def classify(self, response: httpx.Response, elapsed_ms: float) -> AttemptResult:
+    def classify(self, response: Answer, elapsed_ms: float) -> AttemptResult:
         """Map the API's answer to an attempt outcome (pure)."""
         status = response.status_code
         body = _json(response)
@@ -189,12 +190,12 @@ class HttpExecutor:
         try:
             if endpoint.method == "GET":
                 params = {k: str(v) for k, v in body.items() if k not in endpoint.url.fields}
-                response = await self._client.get(
-                    url, params=params, headers=headers, timeout=timeout_s
+                response = await self._client.request(
+                    "GET", url, params=params, headers=headers, timeout_s=timeout_s
                 )
             else:
                 response = await self._client.request(
-                    endpoint.method, url, json=body, headers=headers, timeout=timeout_s
+                    endpoint.method, url, json=body, headers=headers, timeout_s=timeout_s
                 )
         except httpx.HTTPError as exc:
             return classify_exception(exc, (time.perf_counter() - started) * 1000)
@@ -207,7 +208,7 @@ class HttpExecutor:
             return Lookup("error", detail="no http.lookup declared")
         url = endpoint.url.render(self._values(call, call.result), url=True)
         try:
-            response = await self._client.request(endpoint.method, url, timeout=timeout_s)
+            response = await self._client.request(endpoint.method, url, timeout_s=timeout_s)
         except httpx.HTTPError as exc:
             return Lookup("error", detail=repr(exc))
         if response.status_code == 404:
@@ -238,7 +239,7 @@ class HttpExecutor:
             headers[endpoint.idempotency_header] = f"{call.idempotency_key}:cancel"
         try:
             response = await self._client.request(
-                endpoint.method, url, headers=headers, timeout=timeout_s
+                endpoint.method, url, headers=headers, timeout_s=timeout_s
             )
         except httpx.HTTPError as exc:
             return Lookup("error", detail=repr(exc))

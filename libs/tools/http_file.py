@@ -20,13 +20,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import httpx
 import msgspec
 
 from .checks import DeclarationError, argument_types, problems
 from .declaration import ROLES, BusinessLimits, Limits, ToolDeclaration
 from .http import DEFAULT_RETRYABLE, Callbacks, Endpoint, HttpExecutor, HttpSpec, States
 from .templates import Template, TemplateError
+from .wire import HttpClient
 
 if TYPE_CHECKING:
     from .registry import ToolRegistry
@@ -411,7 +411,7 @@ def _roles(
 
 
 def parse_entry(
-    path: Path, index: int, raw: Any, client: httpx.AsyncClient | None
+    path: Path, index: int, raw: Any, client: HttpClient | None
 ) -> tuple[ToolDeclaration, HttpExecutor | None]:
     """One `[[tools]]` entry → its declaration (and executor when a client is given)."""
     entry = _Entry(path, index, raw if isinstance(raw, dict) else {})
@@ -507,7 +507,7 @@ def parse_entry(
     return declaration, HttpExecutor(http, client) if client is not None else None
 
 
-def load_tools_file(path: str, registry: ToolRegistry, client: httpx.AsyncClient | None) -> None:
+def load_tools_file(path: str, registry: ToolRegistry, client: HttpClient | None) -> None:
     """Read, check and register every tool of the file; raise naming the first problem."""
     file = Path(path)
     try:

@@ -9,14 +9,11 @@ is added (`libs.tools.checks`); a duplicate name or a bad declaration stops the 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
-
-import httpx
 
 from libs.config import ToolSettings
 
-from .aiohttp_transport import AiohttpTransport
 from .checks import DeclarationError, check
 from .declaration import ToolDeclaration
 from .demo import DEMO_TOOLS
@@ -24,6 +21,7 @@ from .executor import Executor
 from .http_file import load_tools_file
 from .labels import label_of
 from .sandbox import CALLBACK_ROUTE, ROUTES, SandboxExecutor
+from .wire import AiohttpClient, HttpClient
 
 
 class UnknownTool(KeyError):
@@ -158,7 +156,7 @@ _NO_TOOLS = ToolSettings()
 
 
 def default_registry(
-    client: httpx.AsyncClient | None = None, settings: ToolSettings = _NO_TOOLS
+    client: HttpClient | None = None, settings: ToolSettings = _NO_TOOLS
 ) -> ToolRegistry:
     """Demo tools, `settings.modules` (HOLDLINE_TOOL_MODULES) and `settings.tools_file`
     (HOLDLINE_TOOLS_FILE), checked together.
@@ -186,10 +184,9 @@ def default_registry(
     return registry
 
 
-def sandbox_client(settings: ToolSettings = _NO_TOOLS) -> httpx.AsyncClient:
-    """The HTTP client executors share (one connection pool per process).
-
-    httpx's API over aiohttp's wire (`AiohttpTransport`): httpcore cost the worker about a
-    fifth of its CPU; the pool's bound (200 connections) is the transport's.
-    """
-    return httpx.AsyncClient(base_url=settings.provider_url, transport=AiohttpTransport(limit=200))
+def sandbox_client(
+    settings: ToolSettings = _NO_TOOLS, *, context: Callable[[], Mapping[str, str]] | None = None
+) -> AiohttpClient:
+    """The HTTP client executors share (one connection pool of up to 200 connections per
+    process); `context` gives headers every request carries (the trace context)."""
+    return AiohttpClient(settings.provider_url, limit=200, context=context)

@@ -24,6 +24,7 @@ from .executor import (
     bad_callback,
     bad_signature,
 )
+from .wire import Answer, HttpClient
 
 # The route segment the sandbox provider posts its callbacks to (`/v1/callbacks/sandbox`).
 CALLBACK_ROUTE = "sandbox"
@@ -43,7 +44,7 @@ _CALLBACK = msgspec.json.Decoder(_CallbackBody)
 _COMMITTED = {"granted", "confirmed", "completed", "revoked", "cancelled"}
 
 
-def classify_response(response: httpx.Response, elapsed_ms: float) -> AttemptResult:
+def classify_response(response: Answer, elapsed_ms: float) -> AttemptResult:
     """Map an HTTP answer to an attempt outcome (pure; no retry decisions here)."""
     status = response.status_code
     body: dict[str, Any] = {}
@@ -167,7 +168,7 @@ class SandboxExecutor:
     def __init__(
         self,
         route: Route,
-        client: httpx.AsyncClient,
+        client: HttpClient,
         *,
         callback_twice: bool = False,
         callback_secret: bytes = b"",
@@ -197,7 +198,7 @@ class SandboxExecutor:
                 path,
                 json=body,
                 headers=self._headers(call) if method != "GET" else None,
-                timeout=timeout_s,
+                timeout_s=timeout_s,
             )
         except httpx.HTTPError as exc:
             return classify_exception(exc, (time.perf_counter() - started) * 1000)
@@ -219,10 +220,11 @@ class SandboxExecutor:
     async def _records(self, call: OperationCall, *, timeout_s: float) -> Lookup | None:
         """The record this operation created (None: none yet; an error Lookup on failure)."""
         try:
-            response = await self._client.get(
+            response = await self._client.request(
+                "GET",
                 "/v1/lookup",
                 params={"reference": call.reference, "kind": self._route.kind},
-                timeout=timeout_s,
+                timeout_s=timeout_s,
             )
             response.raise_for_status()
         except httpx.HTTPError as exc:
@@ -234,8 +236,8 @@ class SandboxExecutor:
 
     async def _in_flight(self, call: OperationCall, *, timeout_s: float) -> bool:
         try:
-            response = await self._client.get(
-                "/v1/lookup", params={"key": call.idempotency_key}, timeout=timeout_s
+            response = await self._client.request(
+                "GET", "/v1/lookup", params={"key": call.idempotency_key}, timeout_s=timeout_s
             )
             response.raise_for_status()
         except httpx.HTTPError:
@@ -247,8 +249,8 @@ class SandboxExecutor:
         if not call.provider_ref:
             return await self.lookup(call, timeout_s=timeout_s)
         try:
-            response = await self._client.get(
-                f"/v1/records/{call.provider_ref}", timeout=timeout_s
+            response = await self._client.request(
+                "GET", f"/v1/records/{call.provider_ref}", timeout_s=timeout_s
             )
             response.raise_for_status()
         except httpx.HTTPError as exc:
@@ -266,11 +268,12 @@ class SandboxExecutor:
             return found
         assert found.provider_ref is not None
         try:
-            response = await self._client.post(
+            response = await self._client.request(
+                "POST",
                 self._route.cancel_path(found.provider_ref),
                 json=_body(call),
                 headers={"Idempotency-Key": f"{call.idempotency_key}:cancel"},
-                timeout=timeout_s,
+                timeout_s=timeout_s,
             )
         except httpx.HTTPError as exc:
             return Lookup("error", detail=repr(exc))

@@ -29,9 +29,8 @@ def per_operation(subject: str) -> str:
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the worker's app; consumers start with it."""
     settings = settings or Settings.from_env()
-    client = sandbox_client(settings.tools)
-    # Calls to the system of record carry the operation's trace (a no-op while tracing is off).
-    client.event_hooks["request"].append(tracing.inject_headers)
+    # Calls to the system of record carry the operation's trace (none while tracing is off).
+    client = sandbox_client(settings.tools, context=tracing.current_headers)
     # Raises DeclarationError (and the service does not start) on any bad tool declaration.
     registry = default_registry(client, settings.tools)
     metrics.initialise_tools(

@@ -7,12 +7,14 @@ import hmac
 import time
 from email.utils import formatdate
 
-import httpx
+import msgspec
 import pytest
+from multidict import CIMultiDict
 
 from libs.tools import CallbackRefused, default_registry
 from libs.tools.http import Callbacks, Endpoint, HttpExecutor, HttpSpec, retry_after_s
 from libs.tools.templates import Template
+from libs.tools.wire import AiohttpClient, Answer
 
 SPEC = HttpSpec(
     execute=Endpoint("POST", Template("http://api/tickets"), "X-Request-Token"),
@@ -25,11 +27,11 @@ SPEC = HttpSpec(
         result_field="data",
     ),
 )
-EXECUTOR = HttpExecutor(SPEC, httpx.AsyncClient())
+EXECUTOR = HttpExecutor(SPEC, AiohttpClient())
 
 
-def _answer(status: int, body: dict[str, object] | None = None, **headers: str) -> httpx.Response:
-    return httpx.Response(status, json=body or {}, headers=headers)
+def _answer(status: int, body: dict[str, object] | None = None, **headers: str) -> Answer:
+    return Answer(status, CIMultiDict(headers), msgspec.json.encode(body or {}))
 
 
 def test_answers_are_classified_by_the_declared_statuses() -> None:
@@ -80,7 +82,7 @@ def test_webhooks_are_verified_then_read_at_the_declared_fields() -> None:
 
 
 def test_a_callback_route_completes_only_its_executors_tools() -> None:
-    registry = default_registry(httpx.AsyncClient())
+    registry = default_registry(AiohttpClient())
     # Every sandbox executor answers the route the sandbox provider posts to.
     assert registry.completes("sandbox", "book_table")
     assert registry.completes("sandbox", "provision_access")

@@ -1,4 +1,5 @@
-"""The aiohttp transport under httpx, against a real HTTP/1.1 server on 127.0.0.1.
+"""The executors' HTTP client (`libs/tools/wire.py`) against a real HTTP/1.1 server on
+127.0.0.1.
 
 The server is a few lines of asyncio so that what crosses the wire is visible to the test:
 the connections it accepted and closed, and each request exactly as it arrived.
@@ -12,16 +13,15 @@ import gzip
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
 
 import httpx
 import pytest
 
 from harness.processes import free_port
 from libs.config import ToolSettings
-from libs.tools.aiohttp_transport import AiohttpTransport
 from libs.tools.registry import sandbox_client
 from libs.tools.sandbox import classify_exception
+from libs.tools.wire import AiohttpClient, StatusError
 
 
 @dataclass
@@ -122,35 +122,41 @@ async def server() -> AsyncIterator[Server]:
 
 
 @pytest.fixture
-async def client(server: Server) -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient(base_url=server.url, transport=AiohttpTransport()) as http:
-        yield http
+async def client(server: Server) -> AsyncIterator[AiohttpClient]:
+    http = AiohttpClient(server.url)
+    yield http
+    await http.aclose()
 
 
 async def test_a_get_carries_its_query_and_headers_and_answers_with_the_servers(
-    client: httpx.AsyncClient, server: Server
+    client: AiohttpClient, server: Server
 ) -> None:
-    response = await client.get(
-        "/echo", params={"reference": "s 1/op_1", "kind": "access"}, headers={"X-Trace": "t-1"}
+    answer = await client.request(
+        "GET",
+        "/echo",
+        params={"reference": "s 1/op_1", "kind": "access"},
+        headers={"X-Trace": "t-1"},
+        timeout_s=5,
     )
-    assert response.status_code == 200
-    assert response.headers["x-answered-by"] == "test-server"
-    assert response.reason_phrase == "Whatever"
-    assert response.request.url.path == "/echo"
-    seen = response.json()
+    assert answer.status_code == 200
+    assert answer.headers["x-answered-by"] == "test-server"
+    assert answer.reason == "Whatever"
+    seen = answer.json()
     assert seen["method"] == "GET"
-    # The URL goes out exactly as httpx encoded it.
-    assert seen["target"] == "/echo?reference=s+1%2Fop_1&kind=access"
+    # The query is encoded once (a slash needs no escape in a query).
+    assert seen["target"] == "/echo?reference=s+1/op_1&kind=access"
     assert seen["headers"]["x-trace"] == "t-1"
     assert seen["headers"]["host"] == f"127.0.0.1:{server.port}"
     assert "content-length" not in seen["headers"]
 
 
-async def test_a_json_post_round_trips(client: httpx.AsyncClient, server: Server) -> None:
+async def test_a_json_post_round_trips(client: AiohttpClient, server: Server) -> None:
     sent = {"tenant_id": "t1", "amount_cents": 1500, "note": "été"}
-    response = await client.post("/echo", json=sent, headers={"Idempotency-Key": "k-1"})
-    assert response.status_code == 200
-    seen = response.json()
+    answer = await client.request(
+        "POST", "/echo", json=sent, headers={"Idempotency-Key": "k-1"}, timeout_s=5
+    )
+    assert answer.status_code == 200
+    seen = answer.json()
     assert seen["method"] == "POST"
     assert json.loads(seen["body"]) == sent
     assert seen["headers"]["content-type"] == "application/json"
@@ -158,49 +164,80 @@ async def test_a_json_post_round_trips(client: httpx.AsyncClient, server: Server
     assert int(seen["headers"]["content-length"]) == len(server.requests[0].body)
 
 
-async def test_a_streamed_body_goes_out_as_it_is_and_nothing_is_added(
-    client: httpx.AsyncClient, server: Server
+async def test_every_request_carries_the_context_s_headers_as_they_are_when_it_leaves(
+    server: Server,
 ) -> None:
-    async def parts() -> AsyncIterator[bytes]:
-        for part in (b"one,", b"two,", b"three"):
-            yield part
-
-    response = await client.post("/echo", content=parts())
-    assert response.status_code == 200
-    assert server.requests[0].body == b"one,two,three"
-    # No Content-Type of aiohttp's own where httpx sent none.
-    assert "content-type" not in server.requests[0].headers
-
-
-async def test_a_non_2xx_answer_is_returned_not_raised(client: httpx.AsyncClient) -> None:
-    response = await client.post("/status/503", json={})
-    assert response.status_code == 503
-    assert response.headers["retry-after"] == "3"
-    assert response.json() == {"detail": "busy"}
-    assert response.is_server_error
+    trace = {"traceparent": "00-aa-bb-01"}
+    http = AiohttpClient(server.url, context=lambda: dict(trace))
+    try:
+        await http.request("POST", "/echo", json={}, timeout_s=5)
+        trace["traceparent"] = "00-cc-dd-01"
+        await http.request("GET", "/echo", timeout_s=5)
+    finally:
+        await http.aclose()
+    assert [r.headers["traceparent"] for r in server.requests] == ["00-aa-bb-01", "00-cc-dd-01"]
 
 
-async def test_an_encoded_answer_is_decoded_once_by_httpx(client: httpx.AsyncClient) -> None:
-    response = await client.get("/gzip")
-    assert response.headers["content-encoding"] == "gzip"
-    assert response.json() == {"zipped": True}
+async def test_a_relative_path_joins_the_base_and_an_absolute_url_goes_where_it_says(
+    server: Server,
+) -> None:
+    elsewhere = AiohttpClient("http://127.0.0.1:1/api/")
+    try:
+        answer = await elsewhere.request("GET", f"{server.url}/echo", timeout_s=5)
+    finally:
+        await elsewhere.aclose()
+    assert answer.json()["target"] == "/echo"
+    based = AiohttpClient(f"{server.url}/api/")
+    try:
+        answer = await based.request("GET", "/v1/x", timeout_s=5)
+    finally:
+        await based.aclose()
+    assert answer.json()["target"] == "/api/v1/x"
+
+
+async def test_a_non_2xx_answer_is_returned_not_raised(client: AiohttpClient) -> None:
+    answer = await client.request("POST", "/status/503", json={}, timeout_s=5)
+    assert answer.status_code == 503
+    assert answer.headers["retry-after"] == "3"
+    assert answer.headers["Retry-After"] == "3"
+    assert answer.json() == {"detail": "busy"}
+    with pytest.raises(StatusError) as refused:
+        answer.raise_for_status()
+    # Read by the executors as any failed HTTP exchange.
+    assert isinstance(refused.value, httpx.HTTPError)
+    assert "503" in str(refused.value)
+
+
+async def test_a_body_that_is_not_json_says_so_as_a_value_error(client: AiohttpClient) -> None:
+    answer = await client.request("GET", "/echo", timeout_s=5)
+    answer.content = b"<html>busy</html>"
+    with pytest.raises(ValueError, match="JSON"):
+        answer.json()
+    assert answer.text == "<html>busy</html>"
+
+
+async def test_an_encoded_answer_is_decoded_once(client: AiohttpClient) -> None:
+    answer = await client.request("GET", "/gzip", timeout_s=5)
+    assert answer.json() == {"zipped": True}
 
 
 async def test_a_refused_connection_is_a_connect_error() -> None:
     port = free_port()  # nothing listens there
-    async with httpx.AsyncClient(transport=AiohttpTransport()) as http:
+    http = AiohttpClient()
+    try:
         with pytest.raises(httpx.ConnectError) as refused:
-            await http.get(f"http://127.0.0.1:{port}/echo")
-    assert refused.value.request.url.port == port
+            await http.request("GET", f"http://127.0.0.1:{port}/echo", timeout_s=5)
+    finally:
+        await http.aclose()
+    assert str(port) in str(refused.value)
     assert classify_exception(refused.value, 1.0).outcome == "connect_error"
 
 
-async def test_a_slow_answer_is_a_read_timeout(client: httpx.AsyncClient) -> None:
+async def test_a_slow_answer_is_a_read_timeout(client: AiohttpClient) -> None:
     started = asyncio.get_running_loop().time()
     with pytest.raises(httpx.ReadTimeout) as late:
-        await client.post("/slow", json={}, timeout=httpx.Timeout(5.0, read=0.3))
+        await client.request("POST", "/slow", json={}, timeout_s=0.3)
     assert asyncio.get_running_loop().time() - started < 3
-    assert late.value.request.url.path == "/slow"
     # The request left: the worker must look the effect up before sending again.
     assert classify_exception(late.value, 1.0).outcome == "timeout_after_send"
 
@@ -208,54 +245,61 @@ async def test_a_slow_answer_is_a_read_timeout(client: httpx.AsyncClient) -> Non
 async def test_waiting_for_a_pooled_connection_too_long_is_a_connect_timeout(
     server: Server,
 ) -> None:
-    async with httpx.AsyncClient(base_url=server.url, transport=AiohttpTransport(limit=1)) as http:
-        holder = asyncio.create_task(http.get("/slow"))
+    http = AiohttpClient(server.url, limit=1)
+    try:
+        holder = asyncio.create_task(http.request("GET", "/slow", timeout_s=10))
         while not server.requests:
             await asyncio.sleep(0.01)
         with pytest.raises(httpx.ConnectTimeout) as waited:
-            # aiohttp bounds the wait and the connect together: pool + connect.
-            await http.get("/echo", timeout=httpx.Timeout(5.0, pool=0.2, connect=0.2))
+            # The wait for a pooled connection and the connect share one bound.
+            await http.request("GET", "/echo", timeout_s=0.2)
         holder.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await holder
+    finally:
+        await http.aclose()
     assert classify_exception(waited.value, 1.0).outcome == "timeout_before_send"
+    assert len(server.requests) == 1
 
 
 async def test_a_server_closing_without_an_answer_is_a_read_error(
-    client: httpx.AsyncClient,
+    client: AiohttpClient, server: Server
 ) -> None:
     with pytest.raises(httpx.ReadError) as dropped:
-        await client.post("/drop", json={"x": 1})
-    assert dropped.value.request.method == "POST"
+        await client.request("POST", "/drop", json={"x": 1}, timeout_s=5)
+    assert server.requests[0].method == "POST"
     assert classify_exception(dropped.value, 1.0).outcome == "timeout_after_send"
 
 
 async def test_requests_in_turn_share_one_kept_alive_connection(
-    client: httpx.AsyncClient, server: Server
+    client: AiohttpClient, server: Server
 ) -> None:
     for _ in range(3):
-        assert (await client.post("/echo", json={})).status_code == 200
-    assert (await client.get("/echo")).status_code == 200
+        assert (await client.request("POST", "/echo", json={}, timeout_s=5)).status_code == 200
+    assert (await client.request("GET", "/echo", timeout_s=5)).status_code == 200
     assert server.accepted == 1
     assert server.closed == 0
 
 
 async def test_aclose_closes_the_pooled_connections(server: Server) -> None:
-    transport = AiohttpTransport()
-    async with httpx.AsyncClient(base_url=server.url, transport=transport) as http:
-        assert (await http.get("/echo")).status_code == 200
-        assert server.closed == 0
-    # Leaving the client closed the transport, and so the server's end of the connection.
+    http = AiohttpClient(server.url)
+    assert (await http.request("GET", "/echo", timeout_s=5)).status_code == 200
+    assert server.closed == 0
+    await http.aclose()
     await asyncio.wait_for(server.ended.wait(), 5)
     assert (server.accepted, server.closed) == (1, 1)
-    await transport.aclose()  # closing again is harmless
+    await http.aclose()  # closing again is harmless
+    # A later request opens a new connection.
+    assert (await http.request("GET", "/echo", timeout_s=5)).status_code == 200
+    await http.aclose()
+    assert server.accepted == 2
 
 
-async def test_the_sandbox_client_sends_through_the_transport(server: Server) -> None:
-    client = sandbox_client(ToolSettings(provider_url=server.url))
-    async with client:
-        transport: Any = client._transport  # the one the client was built with
-        assert isinstance(transport, AiohttpTransport)
-        response = await client.get("/echo")
-    assert response.status_code == 200
-    assert response.json()["target"] == "/echo"
+async def test_the_sandbox_client_sends_to_the_provider_url(server: Server) -> None:
+    http = sandbox_client(ToolSettings(provider_url=server.url))
+    try:
+        answer = await http.request("GET", "/echo", timeout_s=5)
+    finally:
+        await http.aclose()
+    assert answer.status_code == 200
+    assert answer.json()["target"] == "/echo"
