@@ -8,8 +8,9 @@ from typing import Any
 import nats.errors
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from libs.json_response import JSONResponse
 
 PROBLEM_JSON = "application/problem+json"
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
@@ -47,6 +47,7 @@ from libs.bus import (
 from libs.bus.topology import Partition
 from libs.config import BusSettings, BusTimings
 from libs.events import EventCodec
+from libs.json_response import JSONResponse
 from libs.problems import PROBLEM_JSON
 
 log = logging.getLogger(__name__)
@@ -390,7 +391,7 @@ def create_service_app(
                 await on_stop()
             await runtime.stop()
 
-    app = FastAPI(title=title, lifespan=lifespan)
+    app = FastAPI(title=title, lifespan=lifespan, default_response_class=JSONResponse)
     app.add_middleware(StartingGate, runtime=runtime)
     # A trace starts at the HTTP request (a no-op until tracing is configured).
     app.add_middleware(tracing.TracingMiddleware)

@@ -18,7 +18,7 @@ from typing import Any, Literal
 
 import msgspec
 from fastapi import APIRouter, Request, WebSocket
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.websockets import WebSocketDisconnect
 
@@ -33,6 +33,7 @@ from libs.agent_frames import (
     SignalFrame,
 )
 from libs.domain.delivery import WAITING_DECISIONS, DeliveryStatus
+from libs.json_response import JSONResponse
 from libs.problems import problem
 
 from .agent_channel import AckRefused, AgentChannel, AgentConnection

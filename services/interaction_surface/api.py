@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import httpx
 import msgspec
 from fastapi import APIRouter, FastAPI, Request, WebSocket
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel
 
 from libs import metrics
@@ -29,6 +29,7 @@ from libs.bus import ConcurrencyConflict, Context, InvalidSubjectToken, append, 
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.domain import SessionState
 from libs.events import INTERACTION, Envelope, InteractionEvent
+from libs.json_response import JSONResponse
 from libs.problems import PROBLEM_JSON, problem
 from libs.service import Runtime
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from libs import metrics, tracing
 from libs.bus import Context
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK
 from libs.domain import TERMINAL
 from libs.events import OPERATIONS, WORK
+from libs.json_response import JSONResponse
 from libs.problems import install_problem_handlers, problem
 from libs.service import Runtime, consumes, create_service_app
 from libs.tools import CallbackRefused, default_registry, sandbox_client

@@ -13,6 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import Response
 
 from libs import tracing
+from libs.json_response import JSONResponse
 from libs.openapi import publish
 
 from .domain import InvalidRequestError
@@ -47,6 +48,7 @@ def build_app(provider: Provider) -> FastAPI:
         lifespan=lifespan,
         docs_url=None,
         redoc_url=None,
+        default_response_class=JSONResponse,
     )
     app.include_router(build_router(provider))
     publish(app, BODIES)

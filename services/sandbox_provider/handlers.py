@@ -11,7 +11,9 @@ from typing import Any, Final
 
 from fastapi import APIRouter, Request
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
+
+from libs.json_response import JSONResponse
 
 from .domain import (
     KINDS,

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from fastapi import APIRouter, Request, WebSocket
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.background import BackgroundTask
 
@@ -24,6 +24,7 @@ from libs import metrics
 from libs.bus import Context
 from libs.domain import SessionState
 from libs.events import AgentHandedOff, SessionClosed, SessionOpened, UserActivity
+from libs.json_response import JSONResponse
 from libs.problems import problem
 
 from ..api import ProblemError, Surface, deny, documented_problems, request_body
