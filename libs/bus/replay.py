@@ -7,12 +7,13 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
+import msgspec
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import FetchTimeoutError, NotFoundError
+from nats.js.errors import APIError, FetchTimeoutError, NotFoundError
 
 from libs.events import Envelope, EventCodec, EventDecodeError
 
@@ -110,6 +111,34 @@ async def replay_owned(
             apply(item.envelope, item.stream_seq)
             applied += 1
     return applied
+
+
+class _StreamState(msgspec.Struct):
+    last_seq: int = 0
+
+
+class _StreamInfo(msgspec.Struct):
+    """The one field of a stream-info answer a barrier reads (or the API's error)."""
+
+    state: _StreamState | None = None
+    error: dict[str, Any] | None = None
+
+
+_STREAM_INFO = msgspec.json.Decoder(_StreamInfo)
+
+
+async def stream_last_seq(js: JetStreamContext, stream: str, *, timeout_s: float) -> int:
+    """A stream's last sequence, by one stream-info request of which only that is decoded.
+
+    nats-py's `stream_info` parses the whole answer (the stream's configuration and state)
+    into its dataclasses, several times the cost of the request itself; a read barrier asks
+    this of every stream on every read. API errors are raised as nats-py's `APIError`s.
+    """
+    msg = await js._nc.request(f"{js._prefix}.STREAM.INFO.{stream}", b"", timeout=timeout_s)
+    info = _STREAM_INFO.decode(msg.data)
+    if info.error is not None:
+        APIError.from_error(info.error)
+    return info.state.last_seq if info.state is not None else 0
 
 
 async def last_subject_seq(js: JetStreamContext, stream: str, subject: str) -> int:

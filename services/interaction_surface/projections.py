@@ -29,6 +29,7 @@ from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
 from libs.bus import EVENT_CODECS, Context, Topology
+from libs.bus.replay import stream_last_seq
 from libs.domain import (
     BatchState,
     DeliveryState,
@@ -257,11 +258,11 @@ class SurfaceView:
         if self._js is None or self._topology is None:
             return
         js, topology = self._js, self._topology
-        infos = await asyncio.gather(
-            *(js.stream_info(topology.stream_name(c)) for c in contexts)
+        lasts = await asyncio.gather(
+            *(stream_last_seq(js, topology.stream_name(c), timeout_s=timeout_s) for c in contexts)
         )
-        for context, info in zip(contexts, infos, strict=True):
-            await self.wait_applied(context, int(info.state.last_seq or 0), timeout_s)
+        for context, last in zip(contexts, lasts, strict=True):
+            await self.wait_applied(context, last, timeout_s)
 
     async def wait_session_change(self, session_id: str, timeout_s: float) -> None:
         """Until any new event of the session is applied, or the timeout passes."""

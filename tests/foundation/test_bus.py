@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 from nats.js import JetStreamContext
-from nats.js.errors import APIError
+from nats.js.errors import APIError, NotFoundError
 
 from libs.bus import (
     DEAD_LETTER_DECODER,
@@ -25,6 +25,7 @@ from libs.bus import (
     replay,
     spec_for,
 )
+from libs.bus.replay import stream_last_seq
 from libs.config import BusSettings
 from libs.domain import OperationState, OpStatus, Projection, operation
 from libs.events import (
@@ -441,3 +442,19 @@ async def test_a_consumer_filtered_by_kind_gets_only_those_and_a_changed_filter_
         ("operation.admitted", topology.operation_event_subject("sk", "opk", "admitted")),
         ("operation.committed", topology.operation_event_subject("sk", "opk", "committed")),
     ]
+
+
+async def test_a_stream_s_last_sequence_is_read_from_its_info_alone(
+    js: JetStreamContext, topology: Topology
+) -> None:
+    stream = topology.stream_name(Context.OPERATIONS)
+    before = (await js.stream_info(stream)).state.last_seq
+    assert await stream_last_seq(js, stream, timeout_s=5) == before
+    for op in ("op-last-1", "op-last-2"):
+        subject = topology.operation_subject("s-last", op)
+        await append(js, OPERATIONS, subject, _admitted("s-last", op))
+    assert await stream_last_seq(js, stream, timeout_s=5) == before + 2
+    assert (await js.stream_info(stream)).state.last_seq == before + 2
+    # An error of the API is nats-py's, as `stream_info` raises it.
+    with pytest.raises(NotFoundError):
+        await stream_last_seq(js, f"{stream}_MISSING", timeout_s=5)
