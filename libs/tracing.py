@@ -210,4 +210,3 @@ def current_headers() -> dict[str, str]:
     if _tracer is not None:
         propagate.inject(carrier)
     return carrier
-

@@ -14,6 +14,7 @@ from .replay import (
     read_subject,
     replay,
     replay_owned,
+    stream_last_seq,
 )
 from .store import (
     Appended,
@@ -67,5 +68,6 @@ __all__ = [
     "replay",
     "replay_owned",
     "spec_for",
+    "stream_last_seq",
     "token",
 ]

@@ -28,8 +28,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from libs.bus import EVENT_CODECS, Context, Topology
-from libs.bus.replay import stream_last_seq
+from libs.bus import EVENT_CODECS, Context, Topology, stream_last_seq
 from libs.domain import (
     BatchState,
     DeliveryState,

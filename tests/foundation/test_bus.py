@@ -24,8 +24,8 @@ from libs.bus import (
     last_subject_seq,
     replay,
     spec_for,
+    stream_last_seq,
 )
-from libs.bus.replay import stream_last_seq
 from libs.config import BusSettings
 from libs.domain import OperationState, OpStatus, Projection, operation
 from libs.events import (

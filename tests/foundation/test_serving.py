@@ -43,19 +43,13 @@ def test_httpx_logs_each_request_only_at_debug(
 
 
 def _background_callables(tree: ast.AST) -> Iterator[ast.expr]:
+    """What `BackgroundTask(f, ...)` and `.add_task(f, ...)` are given to run."""
     for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Name)
-            and node.func.id in {"BackgroundTask", "add_task"}
-            and node.args
-        ):
-            yield node.args[0]
-        if (
-            isinstance(node, ast.Call)
-            and isinstance(node.func, ast.Attribute)
-            and (node.func.attr == "add_task" and node.args)
-        ):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else getattr(func, "attr", "")
+        if name in {"BackgroundTask", "add_task"}:
             yield node.args[0]
 
 
@@ -81,7 +75,7 @@ def test_a_response_s_background_work_runs_on_the_event_loop() -> None:
 def test_json_answers_are_the_compact_text_the_standard_library_would_write() -> None:
     content = {
         "session_id": "s-1",
-        "text": "été, 東京, \"quoted\"\n",
+        "text": 'été, 東京, "quoted"\n',
         "operations": [{"status": "committed", "attempts": 1, "result": {"id": "r-1"}}],
         "ratio": 0.25,
         "big": 12345678901234,
