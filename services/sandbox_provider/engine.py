@@ -159,6 +159,17 @@ class Engine:
 
     # ------------------------------------------------------------------ requests
 
+    async def read_fault(self, resource: str, request_fault: FaultEffect) -> Reply | None:
+        """The injected latency and status of a read of ``resource`` (a read has no effect
+        to commit or time out after); None when the read goes ahead."""
+        effect = self._faults.consume(resource, request_fault)
+        if effect.latency_ms and await self._pause(effect.latency_ms / 1000.0):
+            return _problem_reply(
+                503, "shutting-down", "Service Unavailable", "the provider is shutting down",
+                "fault", headers={"Retry-After": "1"},
+            )
+        return self._injected_status(effect) if effect.status is not None else None
+
     async def create(
         self,
         command: CreateCommand,

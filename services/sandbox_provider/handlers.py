@@ -187,10 +187,16 @@ def _reads(provider: Provider, observe: Observe) -> APIRouter:
 
     @router.get("/v1/availability")
     async def availability(request: Request) -> Response:
-        async def action() -> Response:
+        async def action() -> Response | Reply:
             query = request.query_params
             restaurant = parse_resource_query("restaurant", query.get("restaurant"))
             date = parse_date_query(query.get("date"))
+            # Faults on the restaurant delay or fail its reads too, as they do its bookings.
+            faulted = await provider.running.engine.read_fault(
+                restaurant, header_fault(request.headers)
+            )
+            if faulted is not None:
+                return faulted
             return JSONResponse(
                 {"restaurant": restaurant, "date": date, "slots": free_slots(restaurant, date)}
             )
