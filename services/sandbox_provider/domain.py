@@ -121,6 +121,8 @@ class FaultBody(msgspec.Struct, frozen=True):
     times: Annotated[int, msgspec.Meta(ge=1)] | None = None
     retry_after_s: Annotated[float, msgspec.Meta(ge=0, le=86_400)] | None = None
     timeout_after_commit: bool = False
+    # The rule applies to the resource's reads (availability) instead of its mutations.
+    reads: bool = False
 
 
 _BODY_TYPES: Final[Mapping[Kind, type[AccessBody | BookingBody | TransferBody]]] = {
@@ -326,6 +328,7 @@ class FaultRule:
     effect: FaultEffect
     remaining: int | None
     hits: int = 0
+    reads: bool = False
 
     def active(self) -> bool:
         return self.remaining is None or self.remaining > 0
@@ -342,6 +345,7 @@ class FaultRule:
             "retry_after_s": self.effect.retry_after_s,
             "timeout_after_commit": self.effect.timeout_after_commit,
             "times": self.remaining,
+            "reads": self.reads,
             "hits": self.hits,
             "active": self.active(),
         }

@@ -160,9 +160,10 @@ class Engine:
     # ------------------------------------------------------------------ requests
 
     async def read_fault(self, resource: str, request_fault: FaultEffect) -> Reply | None:
-        """The injected latency and status of a read of ``resource`` (a read has no effect
-        to commit or time out after); None when the read goes ahead."""
-        effect = self._faults.consume(resource, request_fault)
+        """The injected latency and status of a read of ``resource`` (faults added with
+        ``reads``; a read has no effect to commit or time out after); None when the read goes
+        ahead."""
+        effect = self._faults.consume(resource, request_fault, read=True)
         if effect.latency_ms and await self._pause(effect.latency_ms / 1000.0):
             return _problem_reply(
                 503, "shutting-down", "Service Unavailable", "the provider is shutting down",

@@ -2,9 +2,10 @@
 
 Faults live in memory on purpose: a restart is a clean slate for chaos, while the effects
 they caused stay in the database. Every mutating request that reaches execution is checked
-against all active faults in creation order; each matching fault counts down one of its
-``times`` and contributes its effect. When several set the same field the earliest wins,
-and per-request ``X-Sandbox-Fault-*`` headers win over all of them.
+against all active faults in creation order (a read of a resource, against those added with
+``reads``); each matching fault counts down one of its ``times`` and contributes its effect.
+When several set the same field the earliest wins, and per-request ``X-Sandbox-Fault-*``
+headers win over all of them.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ class FaultRegistry:
                 timeout_after_commit=body.timeout_after_commit,
             ),
             remaining=body.times,
+            reads=body.reads,
         )
         self._rules.append(rule)
         return rule
@@ -48,7 +50,9 @@ class FaultRegistry:
     def views(self) -> list[dict[str, Any]]:
         return [rule.view() for rule in self._rules]
 
-    def consume(self, resource: str, request_fault: FaultEffect) -> FaultEffect:
+    def consume(
+        self, resource: str, request_fault: FaultEffect, *, read: bool = False
+    ) -> FaultEffect:
         """The effect for one request on ``resource``; counts matching rules down.
 
         Synchronous on purpose: no await between matching and decrementing, so two
@@ -56,7 +60,7 @@ class FaultRegistry:
         """
         effects = [request_fault]
         for rule in self._rules:
-            if rule.matches(resource):
+            if rule.reads == read and rule.matches(resource):
                 rule.hits += 1
                 if rule.remaining is not None:
                     rule.remaining -= 1

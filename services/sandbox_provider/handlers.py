@@ -191,7 +191,7 @@ def _reads(provider: Provider, observe: Observe) -> APIRouter:
             query = request.query_params
             restaurant = parse_resource_query("restaurant", query.get("restaurant"))
             date = parse_date_query(query.get("date"))
-            # Faults on the restaurant delay or fail its reads too, as they do its bookings.
+            # Faults added for the restaurant's reads delay or fail this answer.
             faulted = await provider.running.engine.read_fault(
                 restaurant, header_fault(request.headers)
             )

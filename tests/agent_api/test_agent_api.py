@@ -279,7 +279,7 @@ async def test_handoff_changes_the_tools_and_the_owner_rules_apply(
     await fault(stack, match=access, latency_ms=1200, times=1)
     # The read answers after the handoff below (within the read's 0.4 s attempt timeout
     # under the stack's timeout scale), so its result arrives owned by the agent handed off.
-    await fault(stack, match=restaurant, latency_ms=200, times=1)
+    await fault(stack, match=restaurant, latency_ms=200, times=1, reads=True)
     async with s.agent_stream() as stream:
         kept = await s.tool_calls(
             [ToolCall(tool_call_id="k1", name="provision_access", arguments={"accesses": [access]})]

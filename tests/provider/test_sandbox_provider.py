@@ -701,21 +701,29 @@ def test_bad_input_is_problem_json_and_changes_nothing(client: httpx.Client) -> 
 # ---------------------------------------------------------------------------- reads and ops
 
 
-def test_a_fault_on_a_restaurant_fails_and_delays_its_reads_too(client: httpx.Client) -> None:
+def test_a_fault_for_a_restaurant_s_reads_fails_and_delays_them(client: httpx.Client) -> None:
     restaurant = f"slow-{uid()}"
     params = {"restaurant": restaurant, "date": "2030-05-17"}
-    added = client.post("/admin/faults", json={"match": restaurant, "status": 503, "times": 1})
+    # A fault of the restaurant's bookings leaves its reads alone.
+    booking_fault = {"match": restaurant, "status": 503, "times": 1}
+    bookings = client.post("/admin/faults", json=booking_fault)
+    assert bookings.status_code == 201
+    assert client.get("/v1/availability", params=params).status_code == 200
+    added = client.post("/admin/faults", json={**booking_fault, "reads": True})
     assert added.status_code == 201
     failed = assert_problem(client.get("/v1/availability", params=params), 503, "injected-fault")
     assert "nothing was committed" in failed["detail"]
     assert client.get("/v1/availability", params=params).status_code == 200
-    slow = client.post("/admin/faults", json={"match": restaurant, "latency_ms": 300, "times": 1})
+    slow = client.post(
+        "/admin/faults", json={"match": restaurant, "latency_ms": 300, "times": 1, "reads": True}
+    )
     assert slow.status_code == 201
     assert client.get("/v1/availability", params=params).status_code == 200
     # Each rule was consumed by exactly one read.
     rules = {f["fault_id"]: f for f in client.get("/admin/faults").json()["faults"]}
     for rule in (added.json(), slow.json()):
         assert (rules[rule["fault_id"]]["hits"], rules[rule["fault_id"]]["times"]) == (1, 0)
+    assert rules[bookings.json()["fault_id"]]["hits"] == 0
     client.delete("/admin/faults")
 
 
