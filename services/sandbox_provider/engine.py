@@ -6,7 +6,10 @@ Order for every mutating request that passed validation:
 2. consume matching faults; sleep the injected latency (before anything is committed);
 3. an injected status answers with no effect and frees the key for a retry;
 4. an injected business error is a final answer, stored under the key;
-5. commit the effect, its ledger count and the stored response in one transaction;
+5. commit the effect, its ledger count and the stored response in one transaction (with
+   the key's claim when nothing was injected: a request that neither waits nor fails
+   before its effect claims and commits in one durable write, and no other request can
+   run in between);
 6. ``timeout_after_commit`` then hangs before answering: a retry meanwhile gets the
    stored result, which is what a client that timed out needs.
 
@@ -86,6 +89,11 @@ def _problem_reply(
 
 def _location(record_id: str | None) -> dict[str, str]:
     return {"Location": f"/v1/records/{record_id}"} if record_id else {}
+
+
+def _goes_straight_through(effect: FaultEffect, business_code: str | None) -> bool:
+    """Whether a request runs to its commit without waiting or failing first."""
+    return effect.latency_ms is None and effect.status is None and business_code is None
 
 
 def _iso(timestamp: float) -> str:
@@ -288,14 +296,24 @@ class Engine:
         commit: Callable[[], _Committed],
     ) -> Reply:
         claimed = False
+        effect: FaultEffect | None = None
+        committed: _Committed | None = None
         if key is not None:
             async with self._lock:
                 existing = self._store.get_key(scope, key)
                 decision = decide(existing, request_fingerprint)
                 if decision is Decision.PROCEED:
+                    effect = self._faults.consume(resource, request_fault)
                     with self._store.transaction():
                         self._store.claim_key(scope, key, request_fingerprint, _iso(self._clock()))
-                    claimed = True
+                        if _goes_straight_through(effect, business_code):
+                            # Nothing to wait for before the effect: the claim and the effect
+                            # commit together, one durable write, and no other request can see
+                            # the key in between (no await until the lock is released).
+                            committed = commit()
+                    claimed = committed is None
+            if committed is not None and effect is not None:
+                return await self._finish(committed, effect)
             if decision is Decision.MISMATCH:
                 return _problem_reply(
                     422,
@@ -316,7 +334,8 @@ class Engine:
             if decision is Decision.REPLAY and existing is not None:
                 return self._replay(existing.status_code, existing.response, existing.record_id)
         try:
-            effect = self._faults.consume(resource, request_fault)
+            if effect is None:
+                effect = self._faults.consume(resource, request_fault)
             if effect.latency_ms and await self._pause(effect.latency_ms / 1000.0):
                 return _problem_reply(
                     503,
@@ -347,16 +366,20 @@ class Engine:
                 with self._store.transaction():
                     committed = commit()
                 claimed = False
-            self._after_commit(committed)
-            if effect.timeout_after_commit:
-                # Cut short by shutdown, the stored answer goes out early: it is true anyway.
-                await self._pause(self._settings.hang_after_commit_s)
-            return committed.reply
+            return await self._finish(committed, effect)
         finally:
             if claimed and key is not None:
                 # Failed, faulted or cancelled before commit: nothing happened, so a retry
                 # with the same key must be allowed to run.
                 self._store.release_key(scope, key)
+
+    async def _finish(self, committed: _Committed, effect: FaultEffect) -> Reply:
+        """After the commit: its follow-ups, then the answer (late, when the fault says so)."""
+        self._after_commit(committed)
+        if effect.timeout_after_commit:
+            # Cut short by shutdown, the stored answer goes out early: it is true anyway.
+            await self._pause(self._settings.hang_after_commit_s)
+        return committed.reply
 
     def _replay(self, status: int | None, body: bytes | None, record_id: str | None) -> Reply:
         if status is None or body is None:

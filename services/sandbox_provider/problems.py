@@ -4,10 +4,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any, Final
 
+import msgspec
 from starlette.responses import Response
 
 PROBLEM_MEDIA_TYPE: Final = "application/problem+json"
@@ -29,7 +29,7 @@ def problem_body(
 
 
 def encode(body: Mapping[str, Any]) -> bytes:
-    return json.dumps(body, separators=(",", ":")).encode()
+    return msgspec.json.encode(body)
 
 
 def problem_response(

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Self, cast
 
 from .domain import KINDS, Kind, Record, Scope, StoredKey
 
@@ -99,7 +99,7 @@ class Store:
         self._conn = conn
 
     @classmethod
-    def open(cls, path: Path) -> Store:
+    def open(cls, path: Path) -> Self:
         path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: we issue BEGIN/COMMIT ourselves (BEGIN IMMEDIATE).
         conn = sqlite3.connect(str(path), isolation_level=None)
