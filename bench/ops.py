@@ -26,15 +26,13 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from nats.aio.msg import Msg
-from nats.js.api import DeliverPolicy
 
 from bench.common import cpu_seconds, machine, percentiles_ms
 from harness.processes import Broker, ServiceProcess, free_port
 from libs.admission import Admission, LoadView, ToolCall, TurnContext
-from libs.bus import Context, Topology, connect, ensure_buckets, ensure_streams
+from libs.bus import Topology, connect, ensure_buckets, ensure_streams
 from libs.config import BusSettings
-from libs.events import OPERATIONS, OperationCommitted, OperationStarted
+from libs.events import Envelope, OperationCommitted, OperationEvent, OperationStarted
 from libs.tools import default_registry
 
 
@@ -48,16 +46,21 @@ def worker_messages(monitor: int | None) -> tuple[int, int]:
 
 
 class Clock:
-    """Collects admitted/started/committed times per operation from the stream."""
+    """Collects admitted/started/committed times per operation from the stream (fed by the
+    load view's follower, as the surface feeds its load view from its own: one delivery
+    and one decode per event, not two)."""
 
     def __init__(self) -> None:
         self.admitted: dict[str, datetime] = {}
         self.started: dict[str, datetime] = {}
         self.committed: dict[str, datetime] = {}
         self.started_by: dict[str, str] = {}
+        # Off while the follower replays earlier rounds' events: from then on, what is new.
+        self.recording = False
 
-    async def on_msg(self, msg: Msg) -> None:
-        env = OPERATIONS.decode(msg.data)
+    def on_event(self, env: Envelope[OperationEvent], _seq: int) -> None:
+        if not self.recording:
+            return
         op = env.operation_id or ""
         match env.event:
             case OperationStarted(worker_id=worker) if op not in self.started:
@@ -113,10 +116,12 @@ async def run_round(
         if latency_ms:
             await client.post("/admin/faults", json={"match": "*", "latency_ms": latency_ms})
     view = LoadView()
-    await view.follow(js, topology)
+    clock = Clock()
+    await view.follow(js, topology, also=(clock.on_event,))
     # Admission waits for the load view as the surface does (app.py): a round started while
     # the view still replays earlier rounds' events would time that replay, not admission.
     await asyncio.wait_for(view.caught_up.wait(), timeout=120)
+    clock.recording = True
     admission = Admission(
         js,
         topology,
@@ -124,14 +129,6 @@ async def run_round(
         view,
         await js.key_value(topology.bucket("intents")),
         timings=settings.timings,
-    )
-    clock = Clock()
-    sub = await js.subscribe(
-        topology.context_filter(Context.OPERATIONS),
-        stream=topology.stream_name(Context.OPERATIONS),
-        ordered_consumer=True,
-        deliver_policy=DeliverPolicy.NEW,
-        cb=clock.on_msg,
     )
     admission_s: list[float] = []
     rejected: list[str] = []
@@ -185,7 +182,6 @@ async def run_round(
     wall = time.perf_counter() - wall
     cpu_used = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
     msgs_after = worker_messages(monitor)
-    await sub.unsubscribe()
     await view.close()
     await nc.close()
     ops = [o for o in clock.committed if o in clock.admitted]

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter, defaultdict, deque
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from nats.aio.msg import Msg
@@ -22,7 +23,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from libs.bus import Context, Topology
+from libs.bus import Context, Topology, position
 from libs.domain import OperationState, OpStatus, Projection, operation
 from libs.events import OPERATIONS, Envelope, EventDecodeError, OperationEvent
 
@@ -144,10 +145,17 @@ class LoadView:
                 del self._by_digest[key]
 
     async def follow(
-        self, js: JetStreamContext, topology: Topology, *, heartbeat_s: float = 0.5
+        self,
+        js: JetStreamContext,
+        topology: Topology,
+        *,
+        heartbeat_s: float = 0.5,
+        also: Sequence[Callable[[Envelope[OperationEvent], int], None]] = (),
     ) -> None:
         """Subscribe to the whole operations stream from the start, in order (`heartbeat_s`:
-        `BusTimings.follow_heartbeat_s`, how soon a consumer lost with its node is noticed)."""
+        `BusTimings.follow_heartbeat_s`, how soon a consumer lost with its node is noticed).
+        `also`: other folds of the stream in this process, fed each decoded event from this
+        one follower, so the stream is delivered and decoded once."""
         stream = topology.stream_name(Context.OPERATIONS)
         info = await js.stream_info(stream)
         target = info.state.last_seq
@@ -155,13 +163,15 @@ class LoadView:
             self.caught_up.set()
 
         async def on_msg(msg: Msg) -> None:
-            seq = msg.metadata.sequence.stream
+            seq = position(msg.reply).stream_seq
             try:
                 env = OPERATIONS.decode(msg.data)
             except EventDecodeError as exc:
                 log.warning("load view skipped undecodable event %d: %s", seq, exc.reason)
             else:
                 self.apply(env, seq)
+                for fold in also:
+                    fold(env, seq)
             if seq >= target:
                 self.caught_up.set()
 

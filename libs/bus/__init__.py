@@ -8,6 +8,7 @@ from .deadletter import DEAD_LETTER_DECODER, DeadLetter
 from .declare import ConsumerSpec, ensure_buckets, ensure_consumer, ensure_stream, ensure_streams
 from .memory import MemoryEventStore
 from .ports import EventStore
+from .position import Position, position
 from .replay import (
     Replayed,
     last_subject_seq,
@@ -48,6 +49,7 @@ __all__ = [
     "MemoryEventStore",
     "NatsEventStore",
     "Poison",
+    "Position",
     "Received",
     "Replayed",
     "StreamSpec",
@@ -63,6 +65,7 @@ __all__ = [
     "last_subject_seq",
     "load",
     "load_from",
+    "position",
     "read_claim",
     "read_subject",
     "replay",

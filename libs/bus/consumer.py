@@ -40,6 +40,7 @@ from libs.metrics import CONSUMER_LAG
 
 from .deadletter import DEAD_LETTER_ENCODER, DeadLetter
 from .declare import ConsumerSpec, ensure_consumer
+from .position import position
 from .pull import StandingPull
 from .store import broker_unavailable
 from .topology import Context, Partition, Topology
@@ -301,7 +302,7 @@ class DurableConsumer(Generic[B]):
             return subject
 
     async def _handle_one(self, msg: Msg) -> None:
-        meta = msg.metadata
+        meta = position(msg.reply)
         try:
             envelope = self._codec.decode(msg.data)
         except EventDecodeError as exc:
@@ -310,7 +311,7 @@ class DurableConsumer(Generic[B]):
         received = Received(
             envelope=envelope,
             subject=msg.subject,
-            stream_seq=meta.sequence.stream,
+            stream_seq=meta.stream_seq,
             num_delivered=meta.num_delivered,
             headers=msg.headers,
         )
@@ -367,11 +368,11 @@ class DurableConsumer(Generic[B]):
             delay = min(delay * 2, 1.0)
 
     async def _dead_letter(self, msg: Msg, reason: str, error: str) -> None:
-        meta = msg.metadata
+        meta = position(msg.reply)
         record = DeadLetter(
             source_stream=meta.stream,
             source_subject=msg.subject,
-            source_seq=meta.sequence.stream,
+            source_seq=meta.stream_seq,
             consumer=self.spec.durable,
             num_delivered=meta.num_delivered,
             reason=reason,
@@ -385,14 +386,14 @@ class DurableConsumer(Generic[B]):
             session = "unknown"
         subject = self._topology.dlq_subject(self._source, session)
         # The id makes a dead-letter publish repeated after a crash land once.
-        dedup = f"dlq:{meta.stream}:{meta.sequence.stream}:{self.spec.durable}"
+        dedup = f"dlq:{meta.stream}:{meta.stream_seq}:{self.spec.durable}"
         await self._js.publish(
             subject, DEAD_LETTER_ENCODER.encode(record), headers={"Nats-Msg-Id": dedup}
         )
         log.error(
             "dead-lettered %s seq %d from %s: %s",
             msg.subject,
-            meta.sequence.stream,
+            meta.stream_seq,
             self.spec.durable,
             reason,
         )

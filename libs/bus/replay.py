@@ -18,6 +18,7 @@ from nats.js.errors import APIError, FetchTimeoutError, NotFoundError
 from libs.events import Envelope, EventCodec, EventDecodeError
 
 from .consumer import Received
+from .position import position
 from .store import StaleReplica
 from .topology import Context, Topology
 
@@ -66,19 +67,19 @@ async def replay(
             except (FetchTimeoutError, nats.errors.TimeoutError, TimeoutError):
                 break
             for msg in msgs:
-                meta = msg.metadata
-                out.last_seq = meta.sequence.stream
+                meta = position(msg.reply)
+                out.last_seq = meta.stream_seq
                 pending = meta.num_pending
                 try:
                     envelope = codec.decode(msg.data)
                 except EventDecodeError as exc:
-                    out.rejected.append((meta.sequence.stream, exc))
+                    out.rejected.append((meta.stream_seq, exc))
                     continue
                 out.items.append(
                     Received(
                         envelope=envelope,
                         subject=msg.subject,
-                        stream_seq=meta.sequence.stream,
+                        stream_seq=meta.stream_seq,
                         num_delivered=meta.num_delivered,
                     )
                 )

@@ -28,7 +28,7 @@ from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
 from nats.js.api import DeliverPolicy
 
-from libs.bus import EVENT_CODECS, Context, Topology, stream_last_seq
+from libs.bus import EVENT_CODECS, Context, Topology, position, stream_last_seq
 from libs.domain import (
     BatchState,
     DeliveryState,
@@ -408,7 +408,7 @@ class SurfaceView:
         feeds = self.operation_feeds if context is Context.OPERATIONS else []
 
         async def on_msg(msg: Msg) -> None:
-            seq = msg.metadata.sequence.stream
+            seq = position(msg.reply).stream_seq
             try:
                 env = codec.decode(msg.data)
             except EventDecodeError as exc:

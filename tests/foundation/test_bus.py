@@ -6,9 +6,12 @@ import asyncio
 from typing import Any
 
 import pytest
+from nats.aio.msg import Msg
+from nats.errors import NotJSMessageError
 from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
+from libs.admission import LoadView
 from libs.bus import (
     DEAD_LETTER_DECODER,
     ClaimConflict,
@@ -22,6 +25,7 @@ from libs.bus import (
     claim_once,
     ensure_consumer,
     last_subject_seq,
+    position,
     replay,
     spec_for,
     stream_last_seq,
@@ -458,3 +462,78 @@ async def test_a_stream_s_last_sequence_is_read_from_its_info_alone(
     # An error of the API is nats-py's, as `stream_info` raises it.
     with pytest.raises(NotFoundError):
         await stream_last_seq(js, f"{stream}_MISSING", timeout_s=5)
+
+
+async def test_a_delivery_s_position_agrees_with_nats_py_s_metadata(
+    js: JetStreamContext, topology: Topology
+) -> None:
+    stream = topology.stream_name(Context.OPERATIONS)
+    ops = ("op-pos-1", "op-pos-2", "op-pos-3")
+    for op in ops:
+        subject = topology.operation_subject("s-pos", op)
+        await append(js, OPERATIONS, subject, _admitted("s-pos", op))
+    sub = await js.pull_subscribe(
+        topology.context_filter(Context.OPERATIONS), durable="pos-test", stream=stream
+    )
+    try:
+        first = await sub.fetch(3, timeout=5)
+        redelivered = first[0]
+        await redelivered.nak()
+        for msg in first[1:]:
+            await msg.ack()
+        again = await sub.fetch(1, timeout=5)
+    finally:
+        await js.delete_consumer(stream, "pos-test")
+    seen = [*first, *again]
+    assert [position(m.reply).num_delivered for m in seen] == [1, 1, 1, 2]
+    for msg in seen:
+        meta = msg.metadata
+        assert position(msg.reply) == (
+            meta.stream, meta.sequence.stream, meta.num_delivered, meta.num_pending
+        )
+
+
+def test_a_position_is_read_from_both_ack_subject_forms_and_nothing_else() -> None:
+    v1 = "$JS.ACK.ORDERS.c1.2.41.7.1733472000123456789.5"
+    v2 = "$JS.ACK.hub.ACCHASH.ORDERS.c1.2.41.7.1733472000123456789.5.r4nd"
+    for reply in (v1, v2, v2.rsplit(".", 1)[0]):
+        meta = Msg.Metadata._from_reply(reply)  # nats-py's own reading
+        assert position(reply) == ("ORDERS", 41, 2, 5) == (
+            meta.stream, meta.sequence.stream, meta.num_delivered, meta.num_pending
+        )
+    for other in (None, "", "_INBOX.abc", "$JS.ACK.ORDERS.c1.2", "$JS.NAK.a.b.1.2.3.4.5"):
+        with pytest.raises(NotJSMessageError):
+            position(other)
+
+
+async def test_the_load_view_s_follower_feeds_other_folds_each_event_once(
+    js: JetStreamContext, topology: Topology
+) -> None:
+    # One event before the follower starts (replayed), two after it (live).
+    first = topology.operation_subject("s-feed", "op-feed-1")
+    replayed = await append(js, OPERATIONS, first, _admitted("s-feed", "op-feed-1"))
+    seen: list[tuple[str, int]] = []
+    view = LoadView()
+    await view.follow(js, topology, also=(lambda env, seq: seen.append((env.event_id, seq)),))
+    try:
+        await asyncio.wait_for(view.caught_up.wait(), 5)
+        second = topology.operation_subject("s-feed", "op-feed-2")
+        ack = await append(js, OPERATIONS, second, _admitted("s-feed", "op-feed-2"))
+        started = envelope(
+            OperationStarted(worker_id="w1", attempt=1),
+            session_id="s-feed",
+            operation_id="op-feed-2",
+        )
+        last = await append(js, OPERATIONS, second, started)
+        for _ in range(100):
+            if len(seen) >= 3:
+                break
+            await asyncio.sleep(0.02)
+    finally:
+        await view.close()
+    assert [seq for _, seq in seen] == [replayed.seq, ack.seq, last.seq]
+    assert seen[-1][0] == started.event_id
+    # The view's own fold saw the same events: the second operation is running.
+    running = view.projection.get("op-feed-2")
+    assert running is not None
+    assert running.status is OpStatus.RUNNING
