@@ -198,9 +198,8 @@ class AgentApi:
         }
 
 
-def build_agent_router(api: AgentApi) -> APIRouter:
+def add_agent_routes(router: APIRouter, api: AgentApi) -> None:
     """Every route of the Agent API."""
-    router = APIRouter()
     surface = api.surface
     settings = surface.settings
 
@@ -249,7 +248,6 @@ def build_agent_router(api: AgentApi) -> APIRouter:
 
     _write_routes(router, api)
     _ws_route(router, api)
-    return router
 
 
 def _write_routes(router: APIRouter, api: AgentApi) -> None:

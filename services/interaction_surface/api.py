@@ -266,10 +266,8 @@ async def deny(websocket: WebSocket, response: Response) -> None:
         await websocket.close(code=4000 + response.status_code)
 
 
-def build_demo_router(surface: Surface) -> APIRouter:
+def add_demo_routes(router: APIRouter, surface: Surface) -> None:
     """`/v1/demo/faults`: the demo page's door to the sandbox provider's fault injection."""
-    router = APIRouter()
-
     async def forward(method: str, body: bytes | None = None, path: str = "") -> Response:
         assert surface.http is not None
         try:
@@ -311,8 +309,6 @@ def build_demo_router(surface: Surface) -> APIRouter:
         except InvalidSubjectToken:
             raise ProblemError(404, "Not found", "no such fault") from None
         return await forward("DELETE", path=f"/{fault_id}")
-
-    return router
 
 
 _TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s\"']+")

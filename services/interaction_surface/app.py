@@ -29,11 +29,11 @@ from libs.problems import install_problem_handlers
 from libs.service import Runtime, consumes, create_service_app
 from libs.tools import ToolRegistry, default_registry
 
-from .agent_api import AGENT_BODIES, AgentApi, build_agent_router
+from .agent_api import AGENT_BODIES, AgentApi, add_agent_routes
 from .agent_channel import AgentChannel
-from .api import Started, Surface, build_demo_router, install
+from .api import Started, Surface, add_demo_routes, install
 from .chat.deliveries import DeliveryExecutor
-from .chat.routes import BODIES, build_chat_router
+from .chat.routes import BODIES, add_chat_routes
 from .chat.routing import ACTED_ON
 from .chat.turns import Turns
 from .projections import SurfaceView
@@ -180,11 +180,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_problem_handlers(app)
     install(app)
     # The channels' routes (this order is the OpenAPI document's): chat, the demo's fault
-    # proxy, the Agent API, then voice.
-    app.include_router(build_chat_router(surface))
+    # proxy, the Agent API, then voice. Each is added to the app's own router, not included:
+    # FastAPI walks included routers (and sums their route versions) on every request.
+    add_chat_routes(app.router, surface)
     if settings.demo:
-        app.include_router(build_demo_router(surface))
-    app.include_router(build_agent_router(agent_api))
+        add_demo_routes(app.router, surface)
+    add_agent_routes(app.router, agent_api)
     telephony = install_voice(
         app, surface, calls, settings=voice_settings, ownership=ownership, executor=executor
     )

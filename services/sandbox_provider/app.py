@@ -17,7 +17,7 @@ from libs.json_response import JSONResponse
 from libs.openapi import publish
 
 from .domain import InvalidRequestError
-from .handlers import BODIES, build_router
+from .handlers import BODIES, add_routes
 from .problems import ProblemError, problem_response
 from .runtime import Provider
 from .settings import Settings
@@ -50,7 +50,9 @@ def build_app(provider: Provider) -> FastAPI:
         redoc_url=None,
         default_response_class=JSONResponse,
     )
-    app.include_router(build_router(provider))
+    # On the app's own router, not an included one: FastAPI walks included routers (and
+    # sums their route versions) on every request.
+    add_routes(app.router, provider)
     publish(app, BODIES)
     _install_error_handlers(app)
     # Requests continue the caller's trace (the worker sends it), when tracing is on.

@@ -82,7 +82,8 @@ def _kind_query(raw: str | None) -> Kind | None:
     return raw
 
 
-def build_router(provider: Provider) -> APIRouter:
+def add_routes(router: APIRouter, provider: Provider) -> None:
+    """Every route of the provider, on ``router`` (the app's own)."""
     metrics = provider.metrics
 
     async def observe(kind: str, action: Action) -> Response:
@@ -113,16 +114,12 @@ def build_router(provider: Provider) -> APIRouter:
             metrics.request_seconds.labels(kind).observe(time.perf_counter() - started)
         return response
 
-    router = APIRouter()
-    router.include_router(_mutations(provider, observe))
-    router.include_router(_reads(provider, observe))
-    router.include_router(_admin(provider, observe))
-    router.include_router(_operations(provider))
-    return router
+    for add in (_mutations, _reads, _admin):
+        add(router, provider, observe)
+    _operations(router, provider)
 
 
-def _mutations(provider: Provider, observe: Observe) -> APIRouter:
-    router = APIRouter()
+def _mutations(router: APIRouter, provider: Provider, observe: Observe) -> None:
     settings = provider.settings
 
     async def create(request: Request, kind: Kind) -> Reply:
@@ -179,11 +176,9 @@ def _mutations(provider: Provider, observe: Observe) -> APIRouter:
     async def create_transfer(request: Request) -> Response:
         return await observe("transfer", lambda: create(request, "transfer"))
 
-    return router
 
 
-def _reads(provider: Provider, observe: Observe) -> APIRouter:
-    router = APIRouter()
+def _reads(router: APIRouter, provider: Provider, observe: Observe) -> None:
 
     @router.get("/v1/availability")
     async def availability(request: Request) -> Response:
@@ -239,11 +234,9 @@ def _reads(provider: Provider, observe: Observe) -> APIRouter:
 
         return await observe("ledger", action)
 
-    return router
 
 
-def _admin(provider: Provider, observe: Observe) -> APIRouter:
-    router = APIRouter()
+def _admin(router: APIRouter, provider: Provider, observe: Observe) -> None:
 
     @router.post("/admin/faults")
     async def add_fault(request: Request) -> Response:
@@ -268,11 +261,9 @@ def _admin(provider: Provider, observe: Observe) -> APIRouter:
             raise ProblemError(404, "not-found", "Not found", f"no fault {fault_id!r}")
         return JSONResponse({"cleared": 1})
 
-    return router
 
 
-def _operations(provider: Provider) -> APIRouter:
-    router = APIRouter()
+def _operations(router: APIRouter, provider: Provider) -> None:
 
     @router.get("/healthz")
     async def healthz() -> Response:
@@ -293,5 +284,3 @@ def _operations(provider: Provider) -> APIRouter:
     @router.get("/metrics")
     async def prometheus() -> Response:
         return Response(generate_latest(provider.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    return router

@@ -90,12 +90,10 @@ class ErasedOut(BaseModel):
     pending_operations: list[str]
 
 
-def build_chat_router(surface: Surface) -> APIRouter:
+def add_chat_routes(router: APIRouter, surface: Surface) -> None:
     """Every route of the chat API, over the shared surface (its turns once started)."""
-    router = APIRouter()
     _write_routes(router, surface)
     _read_routes(router, surface)
-    return router
 
 
 def _write_routes(router: APIRouter, surface: Surface) -> None:

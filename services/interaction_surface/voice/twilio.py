@@ -216,10 +216,8 @@ def _stream_parameters(
     return {"user_id": user, "tenant_id": tenant}
 
 
-def build_telephony_router(telephony: Telephony) -> APIRouter:
+def add_telephony_routes(router: APIRouter, telephony: Telephony) -> None:
     """`POST /v1/telephony/twilio/voice` and `WS /v1/telephony/twilio`."""
-    router = APIRouter()
-
     @router.post("/v1/telephony/twilio/voice")
     async def voice(request: Request) -> Response:
         global _unsafe_stream_url_logged  # noqa: PLW0603 - one log line per process
@@ -287,8 +285,6 @@ def build_telephony_router(telephony: Telephony) -> APIRouter:
                 return
         await websocket.accept()
         await _run_stream(telephony, websocket, local=is_local(peer, websocket.headers))
-
-    return router
 
 
 @dataclass

@@ -31,8 +31,8 @@ from .trust import CLAIM_MARGIN_S
 from .twilio import (
     Telephony,
     VoiceStarted,
+    add_telephony_routes,
     append_control,
-    build_telephony_router,
     opened_session_event,
 )
 from .vad import load_silero
@@ -76,7 +76,7 @@ def install_voice(
         trust=settings.trust,
         voice=settings,
     )
-    app.include_router(build_telephony_router(telephony))
+    add_telephony_routes(app.router, telephony)
     return telephony
 
 
