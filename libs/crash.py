@@ -33,7 +33,8 @@ POINTS = {
 
 
 # Where a task may be held for a while, by name (never chosen by the chaos run, which
-# kills): `surface.before_turn_recorded`, a chat turn answered, its turn.replied not written.
+# kills): `surface.before_turn_recorded`, a chat turn answered, its turn.replied not written;
+# `policy.before_decision_recorded`, a delivery decided on the policy's view, not appended.
 _PAUSED = {
     name.strip(): float(seconds)
     for name, _, seconds in (

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from types import MappingProxyType
-from typing import Literal
+from typing import Literal, Protocol
 
 from libs.events import (
     AgentHandedOff,
@@ -364,17 +364,35 @@ def check_relevance(
             newer,
             tuple(o.operation_id for o in sources if o.subject_key == newer.subject_key),
         )
-    active = channel.agent if channel is not None else None
-    for op in sources:
-        if op.owner == "agent" and op.agent and active and op.agent != active:
-            return Verdict(
-                "suppress",
-                f"agent_not_allowed: {op.operation_id} belongs to agent {op.agent}, "
-                f"active agent is {active}",
-            )
+    refused = not_allowed(sources, channel.agent if channel is not None else None)
+    if refused is not None:
+        return Verdict("suppress", refused)
     for op in sources:
         if op.compensated_by is not None:
             return _undone(op.operation_id, op.compensated_by)
+    return None
+
+
+class Owned(Protocol):
+    """An operation as far as the owner rule reads it (the gate's facts, a view's state)."""
+
+    @property
+    def operation_id(self) -> str: ...
+    @property
+    def owner(self) -> str: ...
+    @property
+    def agent(self) -> str | None: ...
+
+
+def not_allowed(sources: Iterable[Owned], active: str | None) -> str | None:
+    """Why a closing may not be said to the active agent: a source operation is owned by
+    another agent (the one that asked, before a handoff); None when every source allows it."""
+    for op in sources:
+        if op.owner == "agent" and op.agent and active and op.agent != active:
+            return (
+                f"agent_not_allowed: {op.operation_id} belongs to agent {op.agent}, "
+                f"active agent is {active}"
+            )
     return None
 
 

@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from libs.bus import ConcurrencyConflict, Context, EventStore, Received, load_from, replay_owned
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
+from libs.crash import pause_point
 from libs.domain import delivery as delivery_domain
 from libs.domain.channel import decide_delivery
 from libs.domain.delivery import DeliveryState
@@ -190,6 +191,8 @@ class Gate:
                 return
             now = self._clock.now()
             outcome = decide_delivery(state, self.state.view(state.session_id), now, self._policy)
+            if outcome.events:
+                await pause_point("policy.before_decision_recorded")
             try:
                 await self._append(state, outcome.events, cause)
             except ConcurrencyConflict:

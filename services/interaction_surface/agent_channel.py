@@ -45,6 +45,7 @@ from libs import metrics
 from libs.agent_frames import DeliverySayFrame, Fact, ServerFrame, encode
 from libs.bus import ConcurrencyConflict
 from libs.domain import DeliveryState
+from libs.domain.channel import not_allowed
 from libs.domain.delivery import OPEN, DeliveryStatus
 from libs.domain.delivery import envelope_for as delivery_envelope
 from libs.domain.operation import OperationState
@@ -287,6 +288,19 @@ class AgentChannel:
             # closing talks over the user (the call's rule).
             await self._not_said(state, "user_speaking", conn.connection_id)
             return
+        if session is not None:
+            # Nor on a view without a handoff this surface has recorded since: a result the
+            # agent handed off from owns is not the new agent's to say. Given back unsaid,
+            # the policy decides again and, its channel caught up, suppresses it.
+            sources = [
+                found
+                for operation_id in state.source_operation_ids
+                if (found := self.view.operations.get(operation_id)) is not None
+            ]
+            refused = not_allowed(sources, session.agent)
+            if refused is not None:
+                await self._not_said(state, f"not_started: {refused}", conn.connection_id)
+                return
         sent = DeliverySent(
             mode="interrupt" if interrupt else "proactive",
             channel="agent",

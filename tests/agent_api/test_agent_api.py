@@ -3,6 +3,7 @@ WebSocket, test agents that use holdline.client alone and never holdline's model
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -305,6 +306,55 @@ async def test_handoff_changes_the_tools_and_the_owner_rules_apply(
     assert sorted(heard) == sorted([kept.batch_id, billing.batch_id])
     snap = await settled(s, owned.batch_id, "suppressed")
     assert delivery(snap, owned.batch_id)["reason"].startswith("agent_not_allowed")
+
+
+async def test_a_closing_decided_before_a_handoff_is_given_back_not_pushed(
+    hl: HoldlineClient, stack: SurfaceStack
+) -> None:
+    # The policy decides an agent-owned read's closing on a view without the handoff and is
+    # held there while the handoff is recorded. When its decision lands, the surface does
+    # not push it to the new agent: it gives the closing back unsaid, and the policy, its
+    # channel caught up, suppresses it.
+    hold_s = 1.5
+    policy = stack.procs["delivery_policy"]
+    policy.kill9()
+    try:
+        policy.env["HOLDLINE_PAUSE_POINTS"] = f"policy.before_decision_recorded={hold_s}"
+        await asyncio.to_thread(policy.start)
+        s = await session(hl)
+        async with s.agent_stream() as stream:
+            owned = await s.tool_calls(
+                [ToolCall(tool_call_id="h1", name="check_availability",
+                          arguments={"restaurant": unique("ramen"), "date": DAY})]
+            )
+            await settled(s, owned.batch_id, "pending")
+            # The policy took the closing and is held on its decision.
+            await asyncio.sleep(hold_s / 3)
+            await s.handoff("billing")
+            snap = await settled(s, owned.batch_id, "suppressed")
+            with pytest.raises(TimeoutError):
+                await stream.next(0.5)
+    finally:
+        policy.env.pop("HOLDLINE_PAUSE_POINTS", None)
+        policy.kill9()
+        await asyncio.to_thread(policy.start)
+    closing = delivery(snap, owned.batch_id)
+    assert closing["reason"].startswith("agent_not_allowed")
+    kinds = [
+        (e["type"], e["data"].get("reason", ""))
+        for e in (await s.timeline())["events"]
+        if e.get("delivery_id") == closing["delivery_id"]
+    ]
+    # Decided before the handoff (say it now), given back unsaid, requeued whole, then
+    # decided again on the caught-up channel: suppressed.
+    assert [k for k, _ in kinds] == [
+        "delivery.ready", "delivery.decided", "delivery.sent", "delivery.unheard",
+        "delivery.requeued", "delivery.decided", "delivery.suppressed",
+    ]
+    assert kinds[1][1] == "channel_idle"
+    assert kinds[3][1].startswith("not_started: agent_not_allowed")
+    assert kinds[5][1].startswith("agent_not_allowed")
+    assert said(snap, closing["delivery_id"]) == []
 
 
 async def test_next_turn_resync_over_http(hl: HoldlineClient) -> None:
