@@ -537,3 +537,25 @@ async def test_the_load_view_s_follower_feeds_other_folds_each_event_once(
     running = view.projection.get("op-feed-2")
     assert running is not None
     assert running.status is OpStatus.RUNNING
+
+
+async def test_a_subject_s_last_sequence_matches_the_stream_s_last_message(
+    js: JetStreamContext, topology: Topology
+) -> None:
+    stream = topology.stream_name(Context.OPERATIONS)
+    subject = topology.operation_subject("s-lastmsg", "op-lastmsg")
+    assert await last_subject_seq(js, stream, subject) == 0
+    await append(js, OPERATIONS, subject, _admitted("s-lastmsg", "op-lastmsg"))
+    other = topology.operation_subject("s-lastmsg", "op-other")
+    await append(js, OPERATIONS, other, _admitted("s-lastmsg", "op-other"))
+    started = envelope(
+        OperationStarted(worker_id="w", attempt=1),
+        session_id="s-lastmsg",
+        operation_id="op-lastmsg",
+    )
+    last = await append(js, OPERATIONS, subject, started)
+    # The subject is a wildcard over the operation's kinds: its last is `started`, not the
+    # other operation's later-or-earlier admission.
+    assert await last_subject_seq(js, stream, subject) == last.seq
+    assert (await js.get_last_msg(stream, subject)).seq == last.seq
+    assert await last_subject_seq(js, stream, other) == last.seq - 1
