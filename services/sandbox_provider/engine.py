@@ -93,7 +93,7 @@ def _location(record_id: str | None) -> dict[str, str]:
 
 def _goes_straight_through(effect: FaultEffect, business_code: str | None) -> bool:
     """Whether a request runs to its commit without waiting or failing first."""
-    return effect.latency_ms is None and effect.status is None and business_code is None
+    return not effect.latency_ms and effect.status is None and business_code is None
 
 
 def _iso(timestamp: float) -> str:

@@ -78,6 +78,13 @@ async def test_a_request_with_nothing_to_wait_for_commits_once(rig: Rig) -> None
     assert [row["effects"] for row in rig.store.ledger(kind="access")] == [1]
 
 
+async def test_a_zero_latency_fault_is_no_wait(rig: Rig) -> None:
+    rig.faults.add(FaultBody(match="door-a", latency_ms=0, times=1))
+    before = rig.store.commits
+    assert await rig.grant("k-0") == 201
+    assert rig.store.commits - before == 1
+
+
 async def test_a_delayed_request_claims_its_key_first_and_a_twin_sees_it_in_flight(
     rig: Rig,
 ) -> None:
