@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -10,6 +11,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -207,6 +209,25 @@ class ServiceProcess:
         """SIGKILL the process."""
         if self.proc is not None and send(self.proc, signal.SIGKILL):
             self.proc.wait(timeout=10)
+
+    @contextlib.asynccontextmanager
+    async def restarted_with(self, **env: str) -> AsyncIterator[None]:
+        """The process killed and started again with `env` over its own (a pause point
+        armed, say) for the block, then killed and started again without it."""
+        self.kill9()
+        saved = {name: self.env.get(name) for name in env}
+        try:
+            self.env.update(env)
+            await asyncio.to_thread(self.start)
+            yield
+        finally:
+            for name, value in saved.items():
+                if value is None:
+                    self.env.pop(name, None)
+                else:
+                    self.env[name] = value
+            self.kill9()
+            await asyncio.to_thread(self.start)
 
     def pause(self) -> None:
         """SIGSTOP: the process keeps its sockets but does nothing, as a long GC pause would."""

@@ -317,10 +317,9 @@ async def test_a_closing_decided_before_a_handoff_is_given_back_not_pushed(
     # channel caught up, suppresses it.
     hold_s = 1.5
     policy = stack.procs["delivery_policy"]
-    policy.kill9()
-    try:
-        policy.env["HOLDLINE_PAUSE_POINTS"] = f"policy.before_decision_recorded={hold_s}"
-        await asyncio.to_thread(policy.start)
+    async with policy.restarted_with(
+        HOLDLINE_PAUSE_POINTS=f"policy.before_decision_recorded={hold_s}"
+    ):
         s = await session(hl)
         async with s.agent_stream() as stream:
             owned = await s.tool_calls(
@@ -334,10 +333,6 @@ async def test_a_closing_decided_before_a_handoff_is_given_back_not_pushed(
             snap = await settled(s, owned.batch_id, "suppressed")
             with pytest.raises(TimeoutError):
                 await stream.next(0.5)
-    finally:
-        policy.env.pop("HOLDLINE_PAUSE_POINTS", None)
-        policy.kill9()
-        await asyncio.to_thread(policy.start)
     closing = delivery(snap, owned.batch_id)
     assert closing["reason"].startswith("agent_not_allowed")
     kinds = [

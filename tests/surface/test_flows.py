@@ -261,30 +261,24 @@ async def test_a_reply_written_behind_its_answer_is_read_at_once_and_precedes_th
     # session's next turn opens only after it.
     hold_s = 0.6
     surface = stack.procs["interaction_surface"]
-    surface.kill9()
-    try:
-        surface.env["HOLDLINE_PAUSE_POINTS"] = f"surface.before_turn_recorded={hold_s}"
-        await asyncio.to_thread(surface.start)
-        async with httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
-            chat = await open_chat(client)
-            answers = []
-            for text in ("hello", "what can you do?"):
-                sent = time.monotonic()
-                answer = await chat.say(text)
-                assert time.monotonic() - sent < hold_s
-                snap = await chat.snapshot()
-                last = snap["messages"][-1]
-                assert (last["role"], last["text"], last["turn_id"]) == (
-                    "assistant", answer["reply"]["text"], answer["turn_id"]
-                )
-                answers.append(answer)
-            # Two turns sent at once: the second opens once the first's reply is written.
-            answers += await asyncio.gather(chat.say("thanks"), chat.say("bye"))
-            timeline = await chat.timeline()
-    finally:
-        surface.env.pop("HOLDLINE_PAUSE_POINTS", None)
-        surface.kill9()
-        await asyncio.to_thread(surface.start)
+    async with surface.restarted_with(
+        HOLDLINE_PAUSE_POINTS=f"surface.before_turn_recorded={hold_s}"
+    ), httpx.AsyncClient(base_url=stack.url, timeout=30) as client:
+        chat = await open_chat(client)
+        answers = []
+        for text in ("hello", "what can you do?"):
+            sent = time.monotonic()
+            answer = await chat.say(text)
+            assert time.monotonic() - sent < hold_s
+            snap = await chat.snapshot()
+            last = snap["messages"][-1]
+            assert (last["role"], last["text"], last["turn_id"]) == (
+                "assistant", answer["reply"]["text"], answer["turn_id"]
+            )
+            answers.append(answer)
+        # Two turns sent at once: the second opens once the first's reply is written.
+        answers += await asyncio.gather(chat.say("thanks"), chat.say("bye"))
+        timeline = await chat.timeline()
     turns = [
         (e["type"], e["turn_id"])
         for e in timeline
