@@ -442,9 +442,16 @@ async def test_turns_of_one_session_are_serialized_across_processes(
             )
         )
     assert [r.status_code for r in responses] == [200] * 6
-    turns = [
-        e for e in await chat.timeline() if e["type"] in ("turn.received", "turn.replied")
-    ]
+
+    async def recorded() -> list[dict[str, Any]] | None:
+        # A turn's reply is written behind its answer by the process that answered it; this
+        # process's reads wait for its own turns only, so the other's last may come later.
+        found = [
+            e for e in await chat.timeline() if e["type"] in ("turn.received", "turn.replied")
+        ]
+        return found if len(found) >= 12 else None
+
+    turns = await eventually(recorded)
     # Strictly alternating: no turn opened before the previous one replied.
     assert [e["type"] for e in turns] == ["turn.received", "turn.replied"] * 6
     for received, replied in zip(turns[::2], turns[1::2], strict=True):
