@@ -114,67 +114,77 @@ async def replay_owned(
     return applied
 
 
+class _Answer(msgspec.Struct):
+    """A JetStream API answer decoded only as far as its reader needs (or the API's error)."""
+
+    error: dict[str, Any] | None = None
+
+
 class _StreamState(msgspec.Struct):
     last_seq: int = 0
 
 
-class _StreamInfo(msgspec.Struct):
-    """The one field of a stream-info answer a barrier reads (or the API's error)."""
+class _StreamInfo(_Answer):
+    """The one field of a stream-info answer a barrier reads."""
 
     state: _StreamState | None = None
-    error: dict[str, Any] | None = None
-
-
-_STREAM_INFO = msgspec.json.Decoder(_StreamInfo)
-
-
-async def stream_last_seq(js: JetStreamContext, stream: str, *, timeout_s: float) -> int:
-    """A stream's last sequence, by one stream-info request of which only that is decoded.
-
-    nats-py's `stream_info` parses the whole answer (the stream's configuration and state)
-    into its dataclasses, several times the cost of the request itself; a read barrier asks
-    this of every stream on every read. API errors are raised as nats-py's `APIError`s.
-    """
-    msg = await js._nc.request(f"{js._prefix}.STREAM.INFO.{stream}", b"", timeout=timeout_s)
-    info = _STREAM_INFO.decode(msg.data)
-    if info.error is not None:
-        APIError.from_error(info.error)
-    return info.state.last_seq if info.state is not None else 0
 
 
 class _StoredMessage(msgspec.Struct):
     seq: int = 0
 
 
-class _MessageGet(msgspec.Struct):
-    """The one field of a message-get answer a sequence check reads (or the API's error)."""
+class _MessageGet(_Answer):
+    """The one field of a message-get answer a sequence check reads."""
 
     message: _StoredMessage | None = None
-    error: dict[str, Any] | None = None
 
 
+A = TypeVar("A", bound=_Answer)
+_STREAM_INFO = msgspec.json.Decoder(_StreamInfo)
 _MESSAGE_GET = msgspec.json.Decoder(_MessageGet)
 _REQUEST = msgspec.json.Encoder()
 
 
+async def _ask(
+    js: JetStreamContext,
+    api: str,
+    payload: bytes,
+    decoder: msgspec.json.Decoder[A],
+    *,
+    timeout_s: float,
+) -> A:
+    """One JetStream API request, its answer decoded by `decoder`; the API's error raised as
+    nats-py's `APIError` (`NotFoundError` for a 404), as nats-py's own calls raise it.
+
+    nats-py parses a whole answer into its dataclasses (a stream's configuration and state,
+    a message's base64 data and headers through a MIME parser, its time): several times
+    the cost of the request itself for callers that read one number of it.
+    """
+    msg = await js._nc.request(f"{js._prefix}.{api}", payload, timeout=timeout_s)
+    answer = decoder.decode(msg.data)
+    if answer.error is not None:
+        APIError.from_error(answer.error)
+    return answer
+
+
+async def stream_last_seq(js: JetStreamContext, stream: str, *, timeout_s: float) -> int:
+    """A stream's last sequence, by one stream-info request of which only that is decoded
+    (a read barrier asks this of every stream on every read)."""
+    info = await _ask(js, f"STREAM.INFO.{stream}", b"", _STREAM_INFO, timeout_s=timeout_s)
+    return info.state.last_seq if info.state is not None else 0
+
+
 async def last_subject_seq(js: JetStreamContext, stream: str, subject: str) -> int:
     """Sequence of the last message on a subject (0 when the subject is empty), from the
-    stream's leader, of which only the sequence is decoded.
-
-    nats-py's `get_last_msg` also decodes the message (base64 data and headers, a MIME
-    header parser, its time) that a sequence check throws away. API errors other than "no
-    message" are raised as nats-py's `APIError`s.
-    """
+    stream's leader, of which only the sequence is decoded."""
     request = _REQUEST.encode({"last_by_subj": subject})
-    msg = await js._nc.request(
-        f"{js._prefix}.STREAM.MSG.GET.{stream}", request, timeout=js._timeout
-    )
-    answer = _MESSAGE_GET.decode(msg.data)
-    if answer.error is not None:
-        try:
-            APIError.from_error(answer.error)
-        except NotFoundError:
-            return 0
+    try:
+        answer = await _ask(
+            js, f"STREAM.MSG.GET.{stream}", request, _MESSAGE_GET, timeout_s=js._timeout
+        )
+    except NotFoundError:
+        return 0
     return answer.message.seq if answer.message is not None else 0
 
 
