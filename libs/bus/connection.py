@@ -7,10 +7,11 @@ import ssl
 from typing import Any
 from urllib.parse import urlsplit
 
-import nats
 from nats.aio.client import Client
 
 from libs.config import BusSettings
+
+from .client import BusClient
 
 log = logging.getLogger(__name__)
 
@@ -80,4 +81,6 @@ async def connect(settings: BusSettings, *, name: str) -> Client:
     tls = _tls_context(settings)
     if tls is not None:
         options["tls"] = tls
-    return await nats.connect(**options)
+    client = BusClient()
+    await client.connect(**options)
+    return client

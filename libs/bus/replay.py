@@ -7,16 +7,17 @@ import json
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 import nats.errors
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import APIError, FetchTimeoutError, NotFoundError
+from nats.js.errors import FetchTimeoutError, NotFoundError
 
 from libs.events import Envelope, EventCodec, EventDecodeError
 
+from .answers import A, Answer, decoded
 from .consumer import Received
 from .position import position
 from .store import StaleReplica
@@ -114,17 +115,11 @@ async def replay_owned(
     return applied
 
 
-class _Answer(msgspec.Struct):
-    """A JetStream API answer decoded only as far as its reader needs (or the API's error)."""
-
-    error: dict[str, Any] | None = None
-
-
 class _StreamState(msgspec.Struct):
     last_seq: int = 0
 
 
-class _StreamInfo(_Answer):
+class _StreamInfo(Answer):
     """The one field of a stream-info answer a barrier reads."""
 
     state: _StreamState | None = None
@@ -134,13 +129,12 @@ class _StoredMessage(msgspec.Struct):
     seq: int = 0
 
 
-class _MessageGet(_Answer):
+class _MessageGet(Answer):
     """The one field of a message-get answer a sequence check reads."""
 
     message: _StoredMessage | None = None
 
 
-A = TypeVar("A", bound=_Answer)
 _STREAM_INFO = msgspec.json.Decoder(_StreamInfo)
 _MESSAGE_GET = msgspec.json.Decoder(_MessageGet)
 _REQUEST = msgspec.json.Encoder()
@@ -154,18 +148,9 @@ async def _ask(
     *,
     timeout_s: float,
 ) -> A:
-    """One JetStream API request, its answer decoded by `decoder`; the API's error raised as
-    nats-py's `APIError` (`NotFoundError` for a 404), as nats-py's own calls raise it.
-
-    nats-py parses a whole answer into its dataclasses (a stream's configuration and state,
-    a message's base64 data and headers through a MIME parser, its time): several times
-    the cost of the request itself for callers that read one number of it.
-    """
+    """One JetStream API request, its answer decoded lean by `decoder` (answers.py)."""
     msg = await js._nc.request(f"{js._prefix}.{api}", payload, timeout=timeout_s)
-    answer = decoder.decode(msg.data)
-    if answer.error is not None:
-        APIError.from_error(answer.error)
-    return answer
+    return decoded(decoder, msg.data)
 
 
 async def stream_last_seq(js: JetStreamContext, stream: str, *, timeout_s: float) -> int:
