@@ -101,6 +101,11 @@ def cost_model(benchmarks: dict[str, Json]) -> Json:
             "cpu_ms_per_turn": run.get("cpu_ms_per_turn_total"),
             "cpu_ms_per_operation": per_op,
             "floor_operations_per_s": floor(per_op, cores),
+            # The host's speed in that run (its broker's raw acked publishes, before the
+            # stack started): the CPU figures move with it.
+            "raw_pipelined_publish_per_s": (run.get("raw_jetstream_acked_publish") or {}).get(
+                "pipelined_per_s"
+            ),
         }
     out["floor_how"] = (
         f"{cores} cores x 1000 ms / CPU ms per committed operation (all processes, broker "
@@ -124,6 +129,9 @@ def targets(benchmarks: dict[str, Json]) -> list[Json]:
             else "bench.messages, 1 session sequential" if run
             else f"bench.messages ({mode})"
         )
+        raw = run.get("raw_pipelined_publish_per_s") if run else None
+        if raw is not None:
+            where += f"; the host: raw pipelined publish {_fmt(raw, 0)}/s before the run"
         for key, label, target in (
             ("cpu_ms_per_operation", "CPU per committed operation, all processes",
              CPU_MS_PER_OPERATION),
@@ -292,7 +300,12 @@ def cost_lines(model: Json) -> list[str]:
             f"{_fmt(run.get('cpu_ms_per_operation'), 2)} ms = "
             + (f"**{_fmt(ceiling)} operations/s**" if ceiling else NOT_MEASURED)
             + f" at most through chat turns (≤ {CPU_MS_PER_OPERATION:g} ms per operation "
-            f"would allow {floor(CPU_MS_PER_OPERATION, model['cores']):g})."
+            f"would allow {floor(CPU_MS_PER_OPERATION, model['cores']):g})"
+            + (
+                f"; the host's broker took {_fmt(run['raw_pipelined_publish_per_s'], 0)} raw "
+                "pipelined acked publishes/s just before (compare runs through it)."
+                if run.get("raw_pipelined_publish_per_s") is not None else "."
+            )
         )
     lines += [
         "",

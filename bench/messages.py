@@ -15,7 +15,9 @@ Each count given to `--sessions` is one run on the same stack:
 The broker's `/connz` counts every message each connection sent (`in_msgs`: its publishes,
 requests, acks, KV and direct-get requests) and received (`out_msgs`: deliveries, replies,
 heartbeats); connections are named by service. CPU per process (broker included; the load
-generator apart) comes from /proc. Every run is measured over one span, from a mark taken
+generator apart) comes from /proc. Before the stack starts, the broker's raw acked publish
+rate (bench.ops' measure) is stored with every run: the host's speed, which CPU per turn
+follows. Every run is measured over one span, from a mark taken
 once its sessions are open and warmed up (each has had one turn closed) to a mark one second
 after its last closing (trailing acks fall inside). From the span's counts are subtracted:
 the idle rate (heartbeats, empty fetches, existence checks; measured over a quiet span
@@ -51,9 +53,11 @@ import httpx
 
 from bench.acceptance import Pace, _paced, _Session
 from bench.common import cpu_seconds, machine, percentiles_ms, wakeups
+from bench.ops import raw_publish_rate
 from harness.processes import free_port, nats_server_binary, wait_port
 from harness.recovery import PRODUCTION_TIMINGS
 from harness.surface import SurfaceStack, closings
+from libs.config import BusSettings
 from libs.supervisor import broker_environ
 
 RESULTS = Path(__file__).resolve().parent / "results" / "messages.json"
@@ -61,6 +65,8 @@ CHANGES = RESULTS.with_name("design-changes.json")
 IDLE_SPAN_S = 10.0
 POLL_CALIBRATION = 100
 SETTLE_S = 1.0
+# Acked publishes of the host's reference rate (bench.ops' measure), before the stack starts.
+RAW_PUBLISHES = 3000
 CLOSING_TIMEOUT_S = 60.0
 # The top-level keys older readers (docs, design-changes) take from the sequential run.
 LEGACY_KEYS = (
@@ -402,6 +408,11 @@ def main() -> None:
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=broker_environ(os.environ),
         )
         wait_port(port)
+        # The host's speed on this run, from the broker alone, before any service starts:
+        # CPU per turn moves with the host, and a run is compared with another through it.
+        reference = asyncio.run(raw_publish_rate(
+            BusSettings(nats_url=f"nats://127.0.0.1:{port}", prefix="ref"), RAW_PUBLISHES
+        ))
         stack = SurfaceStack(
             nats_url=f"nats://127.0.0.1:{port}", prefix=f"msg{uuid.uuid4().hex[:6]}", logs=root,
             env={**PRODUCTION_TIMINGS, "HOLDLINE_WORKER_ID": "w1"},
@@ -419,6 +430,7 @@ def main() -> None:
             idle = idle_span.per(idle_span.seconds)
             for plan in plans:
                 run = asyncio.run(_run(stack.url, monitor, pids, plan, idle=idle, rng=rng))
+                run["raw_jetstream_acked_publish"] = reference
                 runs[run["mode"]] = run
                 print(json.dumps(run, indent=2), flush=True)
         finally:
