@@ -17,7 +17,7 @@ nats-py, 95 to 113 µs with both changes (`docs/performance.md`).
 
 Both read nats-py internals (its request map and reply prefix, the context's timeout and
 connection), so the dependency is pinned to the minor version they were checked against
-(`pyproject.toml`) and `tests/bus/test_client.py` fails if one moves.
+(`pyproject.toml`) and `tests/foundation/test_bus_client.py` fails if one moves.
 """
 
 from __future__ import annotations
