@@ -129,9 +129,9 @@ def targets(benchmarks: dict[str, Json]) -> list[Json]:
             else "bench.messages, 1 session sequential" if run
             else f"bench.messages ({mode})"
         )
-        raw = run.get("raw_pipelined_publish_per_s") if run else None
-        if raw is not None:
-            where += f"; the host: raw pipelined publish {_fmt(raw, 0)}/s before the run"
+        host = run.get("raw_pipelined_publish_per_s") if run else None
+        if host is not None:
+            where += f"; the host: raw pipelined publish {_fmt(host, 0)}/s before the run"
         for key, label, target in (
             ("cpu_ms_per_operation", "CPU per committed operation, all processes",
              CPU_MS_PER_OPERATION),
