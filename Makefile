@@ -6,7 +6,7 @@ PYTEST_ARGS ?=
 # Most tests wait on timers and child processes, so two workers on two cores halve the wall clock.
 PYTEST_WORKERS ?= 2
 
-.PHONY: help venv run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery bench-messages chaos dashboards clean
+.PHONY: help venv run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery bench-messages bench-delivery chaos dashboards clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
@@ -72,6 +72,9 @@ bench-recovery: venv
 
 bench-messages: venv
 	$(BIN)/python -m bench.messages --turns 40 --sessions 1 30
+
+bench-delivery: venv
+	$(BIN)/python -m bench.delivery
 
 chaos: venv
 	scripts/ensure-system-deps.sh

@@ -63,6 +63,7 @@ def steps(quick: bool) -> list[Step]:
             Step("recovery", "bench.recovery", ("--trials", "1"), 60),
             Step("messages", "bench.messages", ("--turns", "10", "--sessions", "1", "5",
                                                 "--paced-turns", "3", "--period", "1"), 40),
+            Step("delivery", "bench.delivery", ("--deliveries", "400", "--rounds", "1"), 15),
         ]
     else:
         found = [
@@ -78,6 +79,8 @@ def steps(quick: bool) -> list[Step]:
             Step("recovery", "bench.recovery", (), 150),
             # The cost model: 40 sequential turns, then 30 sessions paced a turn every 3 s.
             Step("messages", "bench.messages", ("--turns", "40", "--sessions", "1", "30"), 90),
+            # What one delivery costs a consumer: the durable consumer against the floor.
+            Step("delivery", "bench.delivery", (), 45),
         ]
     if (ROOT / "bench" / "voice.py").exists():
         voice_args = (
