@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -121,15 +121,27 @@ def append_span(subject: str, event_id: str) -> Iterator[dict[str, str]]:
         yield carrier
 
 
-@contextmanager
+# Entered and left for every delivery a consumer handles while tracing is off.
+_NO_SPAN: AbstractContextManager[None] = nullcontext()
+
+
 def handler_span(
     durable: str, subject: str, headers: Mapping[str, str] | None, event_id: str
-) -> Iterator[None]:
+) -> AbstractContextManager[None]:
     """A span around one consumer handler, a child of the span that appended the message."""
-    tracer = _tracer
-    if tracer is None:
-        yield
-        return
+    if _tracer is None:
+        return _NO_SPAN
+    return _handler_span(_tracer, durable, subject, headers, event_id)
+
+
+@contextmanager
+def _handler_span(
+    tracer: Tracer,
+    durable: str,
+    subject: str,
+    headers: Mapping[str, str] | None,
+    event_id: str,
+) -> Iterator[None]:
     parent = propagate.extract(dict(headers or {}))
     with tracer.start_as_current_span(
         f"handle {durable}",

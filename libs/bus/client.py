@@ -15,6 +15,10 @@ each service. nats-py spends more of its CPU on each than the request needs:
 Measured alone (sequential JetStream publishes, client CPU): 138 to 157 µs a publish with
 nats-py, 95 to 113 µs with both changes (`docs/performance.md`).
 
+A subscription can also take its messages where the parser reads them (`deliver_directly`):
+the durable consumers' standing pull requests do, so an event reaches its handler's task
+without nats-py's per-subscription queue and task and a `wait_for` around each read.
+
 Both read nats-py internals (its request map and reply prefix, the context's timeout and
 connection), so the dependency is pinned to the minor version they were checked against
 (`pyproject.toml`) and `tests/foundation/test_bus_client.py` fails if one moves.
@@ -22,6 +26,8 @@ connection), so the dependency is pinned to the minor version they were checked 
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 import nats.errors
@@ -32,6 +38,8 @@ from nats.js.errors import NoStreamResponseError
 from typing_extensions import override
 
 from .answers import PUB_ACK, decoded
+
+log = logging.getLogger(__name__)
 
 
 class BusJetStream(JetStreamContext):
@@ -69,6 +77,17 @@ class BusClient(Client):
         super().__init__()
         # The reply subscription's id, once nats-py made it for the first request.
         self._reply_sid = 0
+        # Subscriptions whose messages go to a callback where the parser reads them.
+        self._direct: dict[int, Callable[[Msg], None]] = {}
+
+    def deliver_directly(self, sid: int, on_msg: Callable[[Msg], None]) -> None:
+        """Hand subscription `sid`'s messages (statuses included) to `on_msg` as they are
+        read, on the reading task: `on_msg` must not block, and schedules any work."""
+        self._direct[sid] = on_msg
+
+    def stop_delivering(self, sid: int) -> None:
+        """Undo `deliver_directly`; what arrives later for `sid` takes nats-py's path."""
+        self._direct.pop(sid, None)
 
     @override
     def jetstream(self, **opts: Any) -> JetStreamContext:
@@ -89,6 +108,18 @@ class BusClient(Client):
     async def _process_msg(
         self, sid: int, subject: bytes, reply: bytes, data: bytes, headers: bytes
     ) -> None:
+        direct = self._direct.get(sid)
+        if direct is not None:
+            self.stats["in_msgs"] += 1
+            self.stats["in_bytes"] += len(data)
+            # nats-py's own header parsing and message, so statuses read the same.
+            parsed = await self._process_headers(headers)
+            try:
+                direct(self._build_message(sid, subject, reply, data, parsed))
+            except Exception:
+                # Raised into the parser, it would end this connection's reading.
+                log.exception("direct delivery on subscription %d failed", sid)
+            return
         prefix = self._resp_sub_prefix
         if sid != self._reply_sid or headers or prefix is None:
             await super()._process_msg(sid, subject, reply, data, headers)

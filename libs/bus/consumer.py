@@ -10,12 +10,14 @@ A consumer given a `Partition` handles only the sessions that partition owns and
 every other message unread: each partition's durable consumer sees the whole stream.
 
 Messages come through one standing pull request (`pull.py`), asked again only when used up
-or ended, not two requests per wave as nats-py's `fetch` makes.
+or ended, not two requests per wave as nats-py's `fetch` makes. Each is taken where the
+client's parser reads it: queued behind its group's messages, or given a task that handles
+its group's queue in order, so a delivery costs one task at most and no lock.
 
 Recovery is by design, not by timeout: the ack wait is short (2 s, `HOLDLINE_ACK_WAIT_S`)
 because a live handler heartbeats (`in_progress`) every third of it, and a consumer silent
 for a few seconds checks that the broker still has it (re-declaring and resubscribing after
-a broker restart). About 450 lines: fetching, ordering per group, retries, dead letters and
+a broker restart). About 490 lines: fetching, ordering per group, retries, dead letters and
 the lost-consumer check are one loop's parts and read best together.
 """
 
@@ -24,15 +26,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections import deque
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
-from nats.js.errors import APIError, FetchTimeoutError, NotFoundError
+from nats.js.errors import APIError, NotFoundError
 
 from libs import tracing
 from libs.events import Envelope, EventCodec, EventDecodeError
@@ -128,9 +131,14 @@ class DurableConsumer(Generic[B]):
         self._partition = partition
         # The labelled gauge once, not a label lookup per message.
         self._lag = CONSUMER_LAG.labels(consumer=spec.durable)
+        self._lag_seen = -1
         self._in_flight: set[asyncio.Task[None]] = set()
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._waiting: dict[str, int] = {}
+        # Each group's messages in hand, the one being handled first; a group is here
+        # while its task runs.
+        self._groups: dict[str, deque[Msg]] = {}
+        self._in_hand = 0
+        self._freed = asyncio.Event()
+        self._pull: StandingPull | None = None
         self._stop = asyncio.Event()
         self._reconnects = 0
         self.ready = asyncio.Event()
@@ -143,66 +151,99 @@ class DurableConsumer(Generic[B]):
     def stop(self) -> None:
         """Ask the loop to stop fetching; messages in hand are finished first."""
         self._stop.set()
+        if self._pull is not None:
+            self._pull.interrupt()
 
     async def abandon(self) -> int:
         """Cancel the messages still in hand (each is NAKed for redelivery); how many."""
+        in_hand = self._in_hand
         tasks = list(self._in_flight)
         for task in tasks:
             task.cancel()
         if tasks:
             await asyncio.wait(tasks, timeout=5.0)
-        return len(tasks)
+        return in_hand
 
     async def run(self) -> None:
-        """Declare the consumer, then fetch and handle until stopped.
+        """Declare the consumer, then take and handle messages until stopped.
 
-        Fetching continues while handlers run (up to `max_in_flight` at once), so one slow
-        message never stalls the others; messages of one group still run in order.
+        Messages keep coming while handlers run (up to `max_in_flight` in hand at once), so
+        one slow message never stalls the others; messages of one group still run in order.
         """
         await ensure_consumer(self._js, self.spec)
         sub = await self._subscribe()
-        pull = self._standing(sub)
+        pull = self._pull = self._standing(sub)
         self.ready.set()
         loop = asyncio.get_running_loop()
         heard = loop.time()
         try:
             while not self._stop.is_set():
-                room = self._max_in_flight - len(self._in_flight)
+                room = self._max_in_flight - self._in_hand
                 if room <= 0:
-                    await asyncio.wait(self._in_flight, return_when=asyncio.FIRST_COMPLETED)
+                    self._freed.clear()
+                    await self._freed.wait()
                     continue
                 if loop.time() - heard >= self._check_after_s:
                     fresh = await self._lost(sub)
                     if fresh is not sub:
+                        pull.close()
                         sub, pull = fresh, self._standing(fresh)
+                        self._pull = pull
                     heard = loop.time()
                 try:
-                    msgs, alive = await pull.next(room, self._fetch_timeout_s)
-                except (FetchTimeoutError, nats.errors.TimeoutError, TimeoutError):
-                    continue
+                    alive = await pull.wait(room, self._fetch_timeout_s)
                 except (nats.errors.ConnectionClosedError, nats.errors.NoServersError):
                     return
                 except (APIError, nats.errors.Error) as exc:
                     # The broker is restarting or unreachable; the client reconnects by itself.
-                    log.warning("fetch on %s failed: %s", self.spec.durable, exc)
+                    log.warning("pull request on %s failed: %s", self.spec.durable, exc)
                     await asyncio.sleep(0.2)
                     continue
                 if alive:
                     heard = loop.time()
-                for msg in msgs:
-                    if not self._owns(msg.subject):
-                        # Another partition's session: its own consumer handles it.
-                        with contextlib.suppress(Exception):
-                            await msg.ack()
-                        continue
-                    task = asyncio.create_task(self._in_order(msg))
-                    self._in_flight.add(task)
-                    task.add_done_callback(self._in_flight.discard)
         finally:
-            if self._in_flight:
-                await asyncio.wait(self._in_flight, timeout=self.spec.ack_wait_s)
+            # No more deliveries first: the handlers still running ack without the
+            # subscription, and what the broker sends meanwhile would only be handed back.
+            pull.close()
+            self._pull = None
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
+            if self._in_flight:
+                await asyncio.wait(self._in_flight, timeout=self.spec.ack_wait_s)
+
+    def _take(self, msg: Msg) -> None:
+        """A message just read: queue it behind its group's, or start its group's task."""
+        if self._stop.is_set():
+            # Read after stop() (the request was still open): another process takes it now.
+            self._spawn(self._hand_back(msg))
+            return
+        if not self._owns(msg.subject):
+            # Another partition's session: its own consumer handles it.
+            self._spawn(self._ack_unread(msg))
+            return
+        key = self._group_key(msg.subject)
+        self._in_hand += 1
+        queue = self._groups.get(key)
+        if queue is not None:
+            queue.append(msg)
+            return
+        queue = self._groups[key] = deque((msg,))
+        self._spawn(self._run_group(key, queue))
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._in_flight.add(task)
+        task.add_done_callback(self._in_flight.discard)
+
+    @staticmethod
+    async def _ack_unread(msg: Msg) -> None:
+        with contextlib.suppress(Exception):
+            await msg.ack()
+
+    @staticmethod
+    async def _hand_back(msg: Msg) -> None:
+        with contextlib.suppress(Exception):
+            await msg.nak()
 
     def _standing(self, sub: JetStreamContext.PullSubscription) -> StandingPull:
         # The request lives two fetch timeouts; heartbeats say the broker still serves it.
@@ -214,6 +255,7 @@ class DurableConsumer(Generic[B]):
             expires_s=max(STANDING_PULL_FETCHES * self._fetch_timeout_s, 1.0),
             heartbeat_s=max(self._fetch_timeout_s, 0.1),
             reconnects=self._reconnect_count,
+            on_message=self._take,
         )
 
     async def _subscribe(self) -> JetStreamContext.PullSubscription:
@@ -261,28 +303,33 @@ class DurableConsumer(Generic[B]):
         log.info("consumer %s resubscribed", self.spec.durable)
         return fresh
 
-    async def _in_order(self, msg: Msg) -> None:
-        key = self._group_key(msg.subject)
-        lock = self._locks.get(key)
-        if lock is None:
-            lock = self._locks[key] = asyncio.Lock()
-        self._waiting[key] = self._waiting.get(key, 0) + 1
+    async def _run_group(self, key: str, queue: deque[Msg]) -> None:
+        """Handle a group's messages one at a time, in the order they were read."""
         try:
-            async with lock:
-                await self._handle_one(msg)
+            while queue:
+                msg = queue[0]
+                try:
+                    await self._handle_one(msg)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("consumer %s failed on %s", self.spec.durable, msg.subject)
+                queue.popleft()
+                self._done_one()
         except asyncio.CancelledError:
-            # Abandoned at shutdown: hand the message back now, not after ack_wait.
-            with contextlib.suppress(Exception):
-                await msg.nak()
+            # Abandoned at shutdown: hand this group's messages back now, not after ack_wait.
+            while queue:
+                with contextlib.suppress(Exception):
+                    await queue.popleft().nak()
+                self._done_one()
             raise
-        except Exception:
-            log.exception("consumer %s failed on %s", self.spec.durable, msg.subject)
         finally:
-            self._waiting[key] -= 1
-            if self._waiting[key] == 0:
-                # Nobody else queued behind this group: forget its lock.
-                del self._waiting[key]
-                self._locks.pop(key, None)
+            if self._groups.get(key) is queue:
+                del self._groups[key]
+
+    def _done_one(self) -> None:
+        self._in_hand -= 1
+        self._freed.set()
 
     def _owns(self, subject: str) -> bool:
         if self._partition is None or self._partition.count == 1:
@@ -315,7 +362,10 @@ class DurableConsumer(Generic[B]):
             num_delivered=meta.num_delivered,
             headers=msg.headers,
         )
-        self._lag.set(meta.num_pending)
+        if meta.num_pending != self._lag_seen:
+            # The gauge takes a lock on every set; under a steady load the lag rarely moves.
+            self._lag_seen = meta.num_pending
+            self._lag.set(meta.num_pending)
         heartbeat = _Heartbeat(msg, self._heartbeat_s)
         try:
             with tracing.handler_span(

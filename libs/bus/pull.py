@@ -7,6 +7,10 @@ a consumer keeps one request for up to `batch` messages open for `expires_s`, wi
 heartbeats: the broker pushes messages as they are stored and the client asks again only
 when that request is used up, ends (a 408/409 status) or the connection was re-established.
 
+Messages are taken where the client's parser reads them (`BusClient.deliver_directly`) and
+handed to `on_message` at once: no per-subscription queue, no task woken to read it, no
+`wait_for` per read (`bench.delivery` measures what a delivery costs; docs/performance.md).
+
 The request never asks for more than the room the caller names, so the consumer's bound on
 messages in hand is kept, up to one request's worth.
 """
@@ -21,6 +25,8 @@ from collections.abc import Callable
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
+from .client import BusClient
+
 _STATUS = "Status"
 _HEARTBEAT = "100"
 _EXPIRED = "408"
@@ -28,7 +34,7 @@ _RETRY_PAUSE_S = 0.2
 
 
 class StandingPull:
-    """Reads a bound pull subscription through one open pull request at a time."""
+    """Serves a bound pull subscription through one open pull request at a time."""
 
     def __init__(
         self,
@@ -38,18 +44,39 @@ class StandingPull:
         expires_s: float,
         heartbeat_s: float,
         reconnects: Callable[[], int],
+        on_message: Callable[[Msg], None],
     ) -> None:
+        client = sub._nc
+        if not isinstance(client, BusClient):
+            raise TypeError("a durable consumer needs a connection from libs.bus.connect")
+        self._client = client
         self._sub = sub
+        self._sid = sub._sub._id
         self._batch = batch
         self._expires_s = expires_s
         self._heartbeat_s = heartbeat_s
         self._reconnects = reconnects
         self._seen_reconnects = reconnects()
+        self._on_message = on_message
         # Messages the open request may still deliver, and when the broker drops it.
         self._outstanding = 0
         self._ends_at = 0.0
         # After a refusal (no responders, leadership change), not before this time.
         self._retry_at = 0.0
+        # Whether a message or a heartbeat came since `wait` last returned.
+        self._heard = False
+        # Resolved when the open request is used up or ended: time to ask again.
+        self._over: asyncio.Future[None] | None = None
+        client.deliver_directly(self._sid, self._arrived)
+
+    def close(self) -> None:
+        """Stop taking this subscription's messages (before it is unsubscribed)."""
+        self._client.stop_delivering(self._sid)
+        self._wake()
+
+    def interrupt(self) -> None:
+        """End the current `wait` now (the consumer is stopping)."""
+        self._wake()
 
     async def _request(self, room: int) -> None:
         wanted = max(1, min(self._batch, room))
@@ -64,53 +91,57 @@ class StandingPull:
         # A little before the broker's own expiry, so no gap opens between two requests.
         self._ends_at = time.monotonic() + self._expires_s * 0.9
 
-    async def next(self, room: int, timeout_s: float) -> tuple[list[Msg], bool]:
-        """Messages delivered within `timeout_s` (all that are there once one is), and
-        whether the broker was heard at all (a message or a heartbeat)."""
+    def _arrived(self, msg: Msg) -> None:
+        status = msg.headers.get(_STATUS) if msg.headers else None
+        if status is None:
+            self._heard = True
+            self._outstanding -= 1
+            if self._outstanding <= 0:
+                self._wake()
+            self._on_message(msg)
+        elif status == _HEARTBEAT:
+            self._heard = True
+        else:
+            # 408 (expired), 409 (leadership change, consumer deleted), 503 (no
+            # responders): the request is over and the next wait asks again, after a
+            # pause unless it merely expired. Only messages and heartbeats count as
+            # hearing the broker, so a consumer the broker lost is still noticed.
+            self._outstanding = 0
+            if status != _EXPIRED:
+                self._retry_at = time.monotonic() + _RETRY_PAUSE_S
+            self._wake()
+
+    def _wake(self) -> None:
+        over = self._over
+        if over is not None and not over.done():
+            over.set_result(None)
+
+    async def wait(self, room: int, timeout_s: float) -> bool:
+        """Keep a request open while messages go to `on_message`; return when it is used
+        up or ended, or after `timeout_s`, saying whether the broker was heard meanwhile
+        (a message or a heartbeat)."""
         if self._reconnects() != self._seen_reconnects:
             # A reconnect loses the broker's copy of the request: ask again at once.
             self._seen_reconnects = self._reconnects()
             self._outstanding = 0
         if self._outstanding <= 0 or time.monotonic() >= self._ends_at:
-            wait = self._retry_at - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(min(wait, timeout_s))
-                return [], False
+            pause = self._retry_at - time.monotonic()
+            if pause > 0:
+                await asyncio.sleep(min(pause, timeout_s))
+                return self._take_heard()
             await self._request(room)
-        # nats-py has no continuous pull: its own fetch reads this subscription the same way.
-        inner = self._sub._sub
-        queue = inner._pending_queue
-        msgs: list[Msg] = []
-        heard = False
-        deadline = time.monotonic() + timeout_s
-        while True:
-            if queue.empty():
-                if msgs:
-                    return msgs, True
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return msgs, heard
-                try:
-                    msg = await asyncio.wait_for(queue.get(), left)
-                except TimeoutError:
-                    return msgs, heard
-            else:
-                msg = queue.get_nowait()
-            inner._pending_size -= len(msg.data)
-            status = msg.headers.get(_STATUS) if msg.headers else None
-            if status is None:
-                heard = True
-                msgs.append(msg)
-                self._outstanding -= 1
-            elif status == _HEARTBEAT:
-                heard = True
-            else:
-                # 408 (expired), 409 (leadership change, consumer deleted), 503 (no
-                # responders): the request is over and the next call asks again, after a
-                # pause unless it merely expired. Only messages and heartbeats count as
-                # hearing the broker, so a consumer the broker lost is still noticed.
-                self._outstanding = 0
-                if status != _EXPIRED:
-                    self._retry_at = time.monotonic() + _RETRY_PAUSE_S
-                if not msgs:
-                    return msgs, heard
+        loop = asyncio.get_running_loop()
+        self._over = over = loop.create_future()
+        # Not after the request's own end, so the next one is asked for in time.
+        left = min(timeout_s, max(self._ends_at - time.monotonic(), 0.0))
+        timer = loop.call_later(left, self._wake)
+        try:
+            await over
+        finally:
+            timer.cancel()
+            self._over = None
+        return self._take_heard()
+
+    def _take_heard(self) -> bool:
+        heard, self._heard = self._heard, False
+        return heard
