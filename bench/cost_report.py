@@ -449,3 +449,31 @@ def recovery_lines(benchmarks: dict[str, Json]) -> list[str]:
             f"| {_load(r['load_avg_1m'])} |"
         )
     return lines
+
+
+def delivery_lines(benchmarks: dict[str, Json]) -> list[str]:
+    """Markdown: what one delivery costs a consumer against the floor (bench/delivery.py)."""
+    found = benchmarks.get("delivery")
+    if not found:
+        return []
+    lines = [
+        "",
+        "## One delivery's client CPU, deliveries one at a time (bench.delivery)",
+        "",
+        "| consumer | µs a delivery (median) | rounds | wake-ups a delivery |",
+        "|---|---:|---|---:|",
+    ]
+    for variant in ("consumer", "floor"):
+        row = found.get(variant)
+        if row:
+            rounds = ", ".join(str(r["cpu_us_per_delivery"]) for r in row["rounds"])
+            lines.append(
+                f"| {variant} | {row['cpu_us_per_delivery_median']} | {rounds} "
+                f"| {row['wakeups_per_delivery_median']} |"
+            )
+    lines += [
+        "",
+        "`consumer`: the durable consumer every service runs, its handler doing nothing; "
+        "`floor`: a callback at nats-py's parser that decodes the event and writes the ack.",
+    ]
+    return lines

@@ -367,6 +367,7 @@ def markdown(latest: Json, measures: list[tuple[str, Pcts]]) -> str:
     lines += phase_table(latest["benchmarks"])
     lines += scale_out(latest["benchmarks"])
     lines += cost_report.cost_lines(latest["cost_model"])
+    lines += cost_report.delivery_lines(latest["benchmarks"])
     lines += cost_report.design_change_lines(latest["benchmarks"])
     lines += cost_report.recovery_lines(latest["benchmarks"])
     lines += ["", "## Benchmarks included", ""]

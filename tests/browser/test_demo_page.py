@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 from selenium import webdriver
+from selenium.common.exceptions import ElementClickInterceptedException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
 from selenium.webdriver.support.ui import WebDriverWait
@@ -33,6 +34,25 @@ def _statuses(driver: webdriver.Chrome) -> list[str]:
     script = "return [...document.querySelectorAll('.op')].map(e => e.dataset.status);"
     found: list[str] = driver.execute_script(script)
     return found
+
+
+def _toggle(
+    driver: webdriver.Chrome, wait: WebDriverWait[webdriver.Chrome], fault: str
+) -> None:
+    """Click a fault's switch as a visitor would: scrolled into view first, and again if a
+    panel the page is re-rendering still covers it (the click is refused, never lost)."""
+    css = f"label.toggle:has([data-fault='{fault}']) .switch"
+
+    def clicked(d: webdriver.Chrome) -> bool:
+        switch = d.find_element(By.CSS_SELECTOR, css)
+        d.execute_script("arguments[0].scrollIntoView({block: 'center'});", switch)
+        try:
+            switch.click()
+        except ElementClickInterceptedException:
+            return False
+        return True
+
+    wait.until(clicked)
 
 
 def _shown_to_the_end(
@@ -87,7 +107,7 @@ def test_a_visitor_runs_a_batch_sees_one_closing_and_watches_a_retry(
     assert browser.find_element(By.ID, "sync-mode").text == "proactive"
 
     # Toggle a failure: the provider answers 503, the worker retries, visibly.
-    browser.find_element(By.CSS_SELECTOR, "label.toggle:has([data-fault='5xx']) .switch").click()
+    _toggle(browser, wait, "5xx")
     # The page registered the fault with the provider (it keeps the fault's id once created).
     wait.until(lambda d: d.execute_script("return state.faults.has('5xx');"))
     box.send_keys("Give me access to figma")
@@ -97,7 +117,7 @@ def test_a_visitor_runs_a_batch_sees_one_closing_and_watches_a_retry(
     assert "503" in retry
     # Clear it: a later attempt goes through (or the retries ran out first); either way the
     # second batch closes exactly once.
-    browser.find_element(By.CSS_SELECTOR, "label.toggle:has([data-fault='5xx']) .switch").click()
+    _toggle(browser, wait, "5xx")
     wait.until(lambda d: _statuses(d)[3:] in (["committed"], ["failed_final"]))
     wait.until(lambda d: _count(d, ".msg.closing") == 2)
     _shown_to_the_end(browser, stack, wait)
