@@ -310,8 +310,6 @@ class DurableConsumer(Generic[B]):
                 msg = queue[0]
                 try:
                     await self._handle_one(msg)
-                except asyncio.CancelledError:
-                    raise
                 except Exception:
                     log.exception("consumer %s failed on %s", self.spec.durable, msg.subject)
                 queue.popleft()

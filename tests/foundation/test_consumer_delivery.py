@@ -50,8 +50,7 @@ async def test_a_session_waits_its_turn_while_others_pass_and_no_queue_is_used(
     js: JetStreamContext, topology: Topology
 ) -> None:
     queued: list[int] = []
-    for sub in js._nc._subs.values():
-        sub._pending_queue.put_nowait = lambda msg, sid=sub._id: queued.append(sid)
+    before = set(js._nc._subs)
     release = asyncio.Event()
     order: list[str] = []
     fast_done = asyncio.Event()
@@ -68,8 +67,10 @@ async def test_a_session_waits_its_turn_while_others_pass_and_no_queue_is_used(
     task = asyncio.create_task(consumer.run())
     try:
         await consumer.ready.wait()
-        new_subs = [s for s in js._nc._subs.values() if s._id not in queued]
-        for sub in new_subs:
+        # The consumer's own subscriptions: nats-py would queue a delivery there.
+        made = [sub for sid, sub in js._nc._subs.items() if sid not in before]
+        assert made
+        for sub in made:
             sub._pending_queue.put_nowait = lambda msg, sid=sub._id: queued.append(sid)
         for i in range(3):
             await _put(js, topology, "slow", f"slow{i}")
