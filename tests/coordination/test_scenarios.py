@@ -304,9 +304,13 @@ async def test_a_new_intent_makes_an_earlier_update_stale(
     )
     decisions = await _decisions_until(scripted, session, old, "supersede")
     assert decisions[-1][1].startswith("stale_superseded: book2130")
-    state = await scripted.delivery(session, old)
-    assert state is not None
-    assert state.status is DeliveryStatus.SUPERSEDED
+
+    # The decision and `delivery.superseded` are two appends: read once both are stored.
+    async def closed() -> DeliveryStatus | None:
+        state = await scripted.delivery(session, old)
+        return None if state is None or state.status is DeliveryStatus.WAITING else state.status
+
+    assert await eventually(closed) is DeliveryStatus.SUPERSEDED
     events = [e for e in await scripted.delivery_events(session) if e.delivery_id == old]
     reconcile = [e.event for e in events if isinstance(e.event, DeliveryReconciliationRequested)]
     assert len(reconcile) == 1
