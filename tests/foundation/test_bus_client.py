@@ -1,17 +1,24 @@
-"""The lean request path (libs/bus/client.py) against a real broker: the same answers and
-errors as nats-py's own, without the reply subscription's task."""
+"""The lean request and publish paths (libs/bus/client.py) against a real broker: the same
+answers, messages and errors as nats-py's own, without the reply subscription's task or
+nats-py's publish path."""
 
 from __future__ import annotations
 
+import asyncio
+from unittest.mock import patch
+
+import nats
+import nats.errors
 import pytest
 from nats.aio.client import Client
 from nats.aio.msg import Msg
-from nats.errors import NoRespondersError
+from nats.errors import BadHeaderError, BadSubjectError, NoRespondersError
 from nats.js import JetStreamContext
 from nats.js.errors import BadRequestError, KeyWrongLastSequenceError, NoStreamResponseError
 
 from libs.bus.client import BusClient, BusJetStream
 from libs.bus.topology import Context, Topology
+from libs.config import BusSettings
 
 
 async def test_acknowledgements_match_nats_py_s_and_skip_the_reply_task(
@@ -92,3 +99,60 @@ async def test_a_reply_with_headers_and_a_status_keep_nats_py_s_path(
         await headed.unsubscribe()
     # Only the reply with headers was queued for the reply subscription's task.
     assert nats_client._subs[nats_client._reply_sid]._received == 2
+
+
+async def test_messages_go_out_without_nats_py_s_publish_path_in_its_wire_format(
+    nats_client: Client, bus_settings: BusSettings, topology: Topology
+) -> None:
+    subject = f"{topology.prefix}.wire"
+    plain = await nats.connect(bus_settings.nats_url, name="plain")
+    try:
+        sub = await nats_client.subscribe(f"{subject}.>")
+        await nats_client.flush()
+        sent = nats_client.stats["out_msgs"]
+        headers = {"X-Id": " 7 ", "X-Note": "line\r\nbreak", " ": "skipped"}
+        with patch.object(Client, "_send_publish", side_effect=AssertionError("nats-py's path")):
+            await nats_client.publish(f"{subject}.ours", b"one", headers=dict(headers))
+            await nats_client.publish(f"{subject}.ours", b"two")
+            await nats_client.publish(f"{subject}.ours", b"", reply=f"{subject}.back")
+        await plain.publish(f"{subject}.theirs", b"one", headers=dict(headers))
+        await plain.publish(f"{subject}.theirs", b"two")
+        await plain.publish(f"{subject}.theirs", b"", reply=f"{subject}.back")
+        await plain.flush()
+        got = [await sub.next_msg(timeout=2) for _ in range(6)]
+        assert nats_client.stats["out_msgs"] == sent + 3
+        seen = [(m.subject.rsplit(".", 1)[1], m.data, m.headers, m.reply) for m in got]
+        ours = [(d, h, r) for who, d, h, r in seen if who == "ours"]
+        theirs = [(d, h, r) for who, d, h, r in seen if who == "theirs"]
+        assert ours == theirs == [
+            (b"one", {"X-Id": "7", "X-Note": "line  break"}, ""),
+            (b"two", None, ""),
+            (b"", None, f"{subject}.back"),
+        ]
+        # What nats-py refuses is refused the same way.
+        for bad_subject, bad_headers, error in [
+            ("has space", None, BadSubjectError),
+            ("", None, BadSubjectError),
+            (f"{subject}.x", {"bad name": "v"}, BadHeaderError),
+        ]:
+            for client in (nats_client, plain):
+                with pytest.raises(error):
+                    await client.publish(bad_subject, b"", headers=bad_headers)
+    finally:
+        await plain.close()
+
+
+async def test_an_unanswered_request_times_out_as_nats_py_s_and_leaves_no_waiter(
+    nats_client: Client, topology: Topology
+) -> None:
+    silent = await nats_client.subscribe(f"{topology.prefix}.silent")
+    try:
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(nats.errors.TimeoutError):
+            await nats_client.request(f"{topology.prefix}.silent", b"ping", timeout=0.3)
+        assert 0.25 <= asyncio.get_running_loop().time() - started < 2.0
+        assert nats_client._resp_map == {}
+        # The request did reach the broker (a responder saw it), unlike a refused one.
+        assert (await silent.next_msg(timeout=2)).data == b"ping"
+    finally:
+        await silent.unsubscribe()
