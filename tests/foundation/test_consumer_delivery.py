@@ -13,6 +13,7 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
+from harness.surface import eventually
 from libs.bus import Context, DurableConsumer, Received, Topology, append, spec_for
 from libs.config import BusSettings
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent
@@ -80,10 +81,11 @@ async def test_a_session_waits_its_turn_while_others_pass_and_no_queue_is_used(
         # The slow session's first event still runs; its others wait behind it.
         assert order == ["fast0", "fast1", "fast2"]
         release.set()
-        for _ in range(100):
-            if len(order) == 6:
-                break
-            await asyncio.sleep(0.02)
+
+        async def all_six() -> bool:
+            return len(order) == 6
+
+        await eventually(all_six, timeout_s=2.0, every_s=0.02)
     finally:
         consumer.stop()
         await asyncio.wait_for(task, 10)
@@ -106,10 +108,11 @@ async def test_abandoned_messages_in_hand_are_counted_and_handed_back_at_once(
     for i in range(3):
         await _put(js, topology, "s1", f"op{i}")
     await asyncio.wait_for(started.wait(), 10)
-    for _ in range(100):
-        if first._in_hand == 3:
-            break
-        await asyncio.sleep(0.02)
+
+    async def three_in_hand() -> bool:
+        return first._in_hand == 3
+
+    await eventually(three_in_hand, timeout_s=2.0, every_s=0.02)
     first.stop()
     assert await first.abandon() == 3
     await asyncio.wait_for(task, 10)
@@ -122,11 +125,12 @@ async def test_abandoned_messages_in_hand_are_counted_and_handed_back_at_once(
     second = _consumer(js, topology, "handback", record)
     task = asyncio.create_task(second.run())
     try:
+
+        async def redelivered() -> bool:
+            return len(again) == 3
+
         # Handed back, not waiting out the 2 s ack wait.
-        for _ in range(50):
-            if len(again) == 3:
-                break
-            await asyncio.sleep(0.02)
+        await eventually(redelivered, timeout_s=1.0, every_s=0.02)
     finally:
         second.stop()
         await asyncio.wait_for(task, 10)
