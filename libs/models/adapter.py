@@ -14,7 +14,7 @@ from typing import Any, Protocol
 import httpx
 
 from .functions import failure_prompt
-from .interface import AdmissionNote, ModelError, Outcome, TurnReply, TurnRequest
+from .interface import AdmissionNote, ModelError, OperationOutcome, TurnReply, TurnRequest
 from .phrasing import acceptance_message
 from .streaming import ModelEndpoint, RetryPolicy
 
@@ -67,7 +67,7 @@ class HttpModelAdapter(ABC):
         """Template acceptance in the turn's language: deterministic, never a claim."""
         return acceptance_message(request, reply, notes)
 
-    async def explain_failures(self, outcomes: Sequence[Outcome], *, language: str) -> str:
+    async def explain_failures(self, outcomes: Sequence[OperationOutcome], *, language: str) -> str:
         """A short closing with what worked, what failed and why, and an alternative."""
         system, user = failure_prompt(outcomes, language)
         text = (await self._stream(self._failure_body(system, user), None)).text.strip()

@@ -19,7 +19,7 @@ from typing import Any
 from .interface import (
     LiveOperation,
     ModelError,
-    Outcome,
+    OperationOutcome,
     ProposedCall,
     ToolSpec,
     TurnReply,
@@ -136,7 +136,7 @@ def turn_context(request: TurnRequest) -> str:
     return "\n".join(lines)
 
 
-def failure_prompt(outcomes: Sequence[Outcome], language: str) -> tuple[str, str]:
+def failure_prompt(outcomes: Sequence[OperationOutcome], language: str) -> tuple[str, str]:
     """(system, user) messages asking for a short closing about failed operations."""
     lang = base_language(language)
     listed = [

@@ -9,7 +9,7 @@ from typing import Any, Literal, Protocol
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class OperationOutcome:
     """The terminal result of one operation, as a summary needs it."""
 
     operation_id: str
@@ -27,7 +27,7 @@ class SummaryModel(Protocol):
 
     name: str
 
-    async def explain_failures(self, outcomes: Sequence[Outcome], *, language: str) -> str:
+    async def explain_failures(self, outcomes: Sequence[OperationOutcome], *, language: str) -> str:
         """One short message: what worked, what failed and why, and a concrete alternative."""
         ...
 

@@ -20,7 +20,7 @@ from . import understanding as u
 from .interface import (
     AdmissionNote,
     LiveOperation,
-    Outcome,
+    OperationOutcome,
     ProposedCall,
     TurnReply,
     TurnRequest,
@@ -68,7 +68,7 @@ _ALTERNATIVES_ES: dict[str, str] = {
 }
 
 
-def _cause(outcome: Outcome) -> str:
+def _cause(outcome: OperationOutcome) -> str:
     if outcome.status == "cancelled":
         return "cancelled"
     return outcome.detail.split(":", 1)[0].strip()
@@ -612,7 +612,7 @@ class MockModel:
         """The reply's text, then what admission did; never a claim of completion."""
         return acceptance_message(request, reply, notes)
 
-    async def explain_failures(self, outcomes: Sequence[Outcome], *, language: str) -> str:
+    async def explain_failures(self, outcomes: Sequence[OperationOutcome], *, language: str) -> str:
         """What worked, what did not and why, and what the user can do next."""
         spanish = language.lower().startswith("es")
         done = [o.label for o in outcomes if o.status == _SUCCESS]

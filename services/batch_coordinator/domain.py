@@ -30,7 +30,7 @@ from libs.events import (
     OperationRetryScheduled,
     OperationUnknown,
 )
-from libs.models import Outcome
+from libs.models import OperationOutcome
 from libs.tools import ToolDeclaration
 from libs.tools.labels import label_of
 
@@ -206,10 +206,12 @@ def outcome_of(
     status: MemberStatus,
     state: Worded | None,
     declaration: ToolDeclaration | None = None,
-) -> Outcome:
+) -> OperationOutcome:
     """A member's outcome for the summary; the batch's settled status is authoritative."""
     if state is None:
-        return Outcome(operation_id=operation_id, tool="", label=operation_id, status=status)
+        return OperationOutcome(
+            operation_id=operation_id, tool="", label=operation_id, status=status
+        )
     detail = state.failure or ""
     line = ""
     if status == "committed" and declaration is not None and declaration.closing is not None:
@@ -218,7 +220,7 @@ def outcome_of(
         except (KeyError, TypeError, ValueError):
             # The result lacks a field the template names: the label still says what was done.
             line = ""
-    return Outcome(
+    return OperationOutcome(
         operation_id=operation_id,
         tool=state.tool,
         label=label_of(declaration, state.arguments),
@@ -228,7 +230,7 @@ def outcome_of(
     )
 
 
-def needs_model(outcomes: Sequence[Outcome]) -> bool:
+def needs_model(outcomes: Sequence[OperationOutcome]) -> bool:
     """Final failures need explaining with an alternative; success and cancels do not."""
     return any(o.status in ("failed_final", "rejected") for o in outcomes)
 
@@ -239,7 +241,7 @@ def _join(items: Sequence[str], conjunction: str) -> str:
     return f"{', '.join(items[:-1])} {conjunction} {items[-1]}"
 
 
-def template_summary(outcomes: Sequence[Outcome], language: str) -> str:
+def template_summary(outcomes: Sequence[OperationOutcome], language: str) -> str:
     """The closing when nothing failed: what was done, and what was cancelled as asked."""
     spanish = language.lower().startswith("es")
     conj = "y" if spanish else "and"
@@ -261,7 +263,7 @@ def template_summary(outcomes: Sequence[Outcome], language: str) -> str:
     return " ".join(parts)
 
 
-def short_summary(outcomes: Sequence[Outcome], language: str) -> str:
+def short_summary(outcomes: Sequence[OperationOutcome], language: str) -> str:
     """The shorter form, said again when the first try went unheard."""
     spanish = language.lower().startswith("es")
     total = len(outcomes)

@@ -59,7 +59,7 @@ from libs.events import (
     OperationProgress,
 )
 from libs.metrics import COMPLETE_TO_DELIVERY_READY, DUPLICATE_DELIVERIES, EVENTS_PUBLISHED
-from libs.models import MockModel, Outcome, SummaryModel
+from libs.models import MockModel, OperationOutcome, SummaryModel
 from libs.service import Runtime
 from libs.tools import ToolDeclaration, ToolRegistry
 
@@ -282,7 +282,7 @@ class Coordinator:
             return None
         return self._registry.tool(state.tool)
 
-    async def _summary(self, outcomes: Sequence[Outcome]) -> str:
+    async def _summary(self, outcomes: Sequence[OperationOutcome]) -> str:
         language = self._settings.language
         if not needs_model(outcomes):
             return template_summary(outcomes, language)

@@ -44,7 +44,7 @@ from libs.events import (
     TurnReceived,
     TurnReplied,
 )
-from libs.models import MockModel, Outcome, get_model
+from libs.models import MockModel, OperationOutcome, get_model
 from services.batch_coordinator.domain import needs_model, short_summary, template_summary
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -356,12 +356,14 @@ def test_sync_mode_reads_the_latest_closing() -> None:
 
 
 async def test_success_uses_the_template_and_failures_the_model() -> None:
-    ok = [Outcome("a", "provision_access", "alpha", "committed"),
-          Outcome("b", "provision_access", "beta", "committed")]
+    ok = [OperationOutcome("a", "provision_access", "alpha", "committed"),
+          OperationOutcome("b", "provision_access", "beta", "committed")]
     assert not needs_model(ok)
     assert template_summary(ok, "en") == "All done: alpha and beta."
     assert short_summary(ok, "en") == "All done."
-    failed = [*ok, Outcome("c", "provision_access", "gamma", "rejected", "over_limit: 8 max")]
+    failed = [
+        *ok, OperationOutcome("c", "provision_access", "gamma", "rejected", "over_limit: 8 max")
+    ]
     assert needs_model(failed)
     text = await get_model("mock").explain_failures(failed, language="en")
     assert text == (

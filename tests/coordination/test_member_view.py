@@ -43,7 +43,7 @@ from libs.events import (
     OperationStarted,
     OperationUnknown,
 )
-from libs.models import Outcome
+from libs.models import OperationOutcome
 from libs.tools import ToolDeclaration
 from services.batch_coordinator.domain import (
     COORDINATED,
@@ -192,7 +192,7 @@ def _realistic(events: list[Envelope[OperationEvent]]) -> bool:
     )
 
 
-def _outcome(status: str, state: Any) -> Outcome:
+def _outcome(status: str, state: Any) -> OperationOutcome:
     return outcome_of("op1", status, state, DECLARATIONS.get(state.tool))  # type: ignore[arg-type]
 
 
@@ -222,7 +222,7 @@ def test_every_terminal_history_words_the_same_closing_from_the_view() -> None:
 
 def test_the_words_differ_where_the_histories_do() -> None:
     # The comparison above can fail: the view's words carry each history's own values.
-    def closing(*events: OperationEvent) -> Outcome:
+    def closing(*events: OperationEvent) -> OperationOutcome:
         view = _closing_view([_env(e) for e in events])
         assert view is not None
         assert view.status is not None

@@ -16,7 +16,7 @@ from harness.processes import Broker
 from harness.surface import SurfaceStack, effects, eventually, open_chat, running_stack
 from libs.config import ModelSettings
 from libs.models import ChatCompletionsModel, get_model
-from libs.models.interface import AdmissionNote, ChatMessage, ModelError, Outcome
+from libs.models.interface import AdmissionNote, ChatMessage, ModelError, OperationOutcome
 from libs.models.streaming import RetryPolicy
 from tests.models.fake_chat_completions import (
     Call,
@@ -201,8 +201,8 @@ async def test_retries_and_giving_up_early(
 
 async def test_failure_explanation(fake: FakeChatCompletions, model: ChatCompletionsModel) -> None:
     fake.script = Script(completion("github worked; slack was refused. Ask IT."))
-    outcomes = [Outcome("op-1", "provision_access", "github", "committed"),
-                Outcome("op-2", "provision_access", "slack", "failed_final", "forbidden")]
+    outcomes = [OperationOutcome("op-1", "provision_access", "github", "committed"),
+                OperationOutcome("op-2", "provision_access", "slack", "failed_final", "forbidden")]
     assert await model.explain_failures(outcomes, language="en") == (
         "github worked; slack was refused. Ask IT."
     )

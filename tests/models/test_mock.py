@@ -12,7 +12,7 @@ from libs.models.interface import (
     AdmissionNote,
     ChatMessage,
     LiveOperation,
-    Outcome,
+    OperationOutcome,
     PendingUpdate,
     TurnReply,
     call_id,
@@ -475,8 +475,8 @@ async def test_acceptance_declined_confirmation(model: MockModel) -> None:
 
 async def test_failure_explanation_offers_an_alternative() -> None:
     outcomes = [
-        Outcome("op-1", ACCESS, "github", "committed"),
-        Outcome("op-2", ACCESS, "slack", "failed_final", "forbidden: not allowed for you"),
+        OperationOutcome("op-1", ACCESS, "github", "committed"),
+        OperationOutcome("op-2", ACCESS, "slack", "failed_final", "forbidden: not allowed for you"),
     ]
     text = await get_model("mock").explain_failures(outcomes, language="en")
     assert text.startswith("Done: github.")

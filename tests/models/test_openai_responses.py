@@ -18,7 +18,7 @@ from libs.models.interface import (
     AdmissionNote,
     ChatMessage,
     ModelError,
-    Outcome,
+    OperationOutcome,
     PendingUpdate,
 )
 from libs.models.streaming import RetryPolicy, retry_after_s
@@ -359,8 +359,8 @@ async def test_failure_explanation_uses_the_model(
 ) -> None:
     fake.script = Script(response_stream(message("github worked; slack was refused. Ask IT.")))
     outcomes = [
-        Outcome("op-1", "provision_access", "github", "committed"),
-        Outcome("op-2", "provision_access", "slack", "failed_final", "forbidden: no"),
+        OperationOutcome("op-1", "provision_access", "github", "committed"),
+        OperationOutcome("op-2", "provision_access", "slack", "failed_final", "forbidden: no"),
     ]
     text = await model.explain_failures(outcomes, language="en")
     assert text == "github worked; slack was refused. Ask IT."
