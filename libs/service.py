@@ -5,8 +5,8 @@ them idempotently, runs the consumers, and answers `/readyz` with 200 only while
 is connected and every one of those streams (at its declared replica count) and consumers
 exists. Start-up runs behind the HTTP server, so the probes answer from the first second and
 say what the service waits for (the broker, a stream that cannot get its replicas); other
-routes answer 503 problem+json until it is started. Just over 400 lines: connecting,
-declaring, the readiness answer and the consumers' lifecycle share one start-up sequence.
+routes answer 503 problem+json until it is started. The consumers are declared as data
+(`libs/roles.py`) and built by `libs/consumers.py`; the runtime runs them.
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from libs.bus import (
     connect,
     ensure_buckets,
     ensure_streams,
-    spec_for,
 )
 from libs.bus.topology import Partition
 from libs.config import BusSettings, BusTimings
+from libs.consumers import Consumers, durable_consumer
 from libs.events import EventCodec
 from libs.json_response import JSONResponse
 from libs.problems import PROBLEM_JSON
@@ -62,9 +62,8 @@ class Runtime:
     name: str
     settings: BusSettings
     publishes: tuple[Context, ...]
-    # The consumers the service runs, asked for once at start-up (after the connection and
-    # the declarations). A function because their handlers are built after the runtime,
-    # which they take: runtime → handlers → consumers, with nothing set from outside.
+    # Deprecated (the interaction surface's until its root moves to `Consumers`): consumers
+    # asked for once at start-up, besides those `start` is given.
     consumers: Callable[[], Sequence[ConsumerFactory]] = lambda: ()
     topology: Topology = field(init=False)
     nc: Client | None = None
@@ -99,45 +98,13 @@ class Runtime:
         """The event store port over this runtime's broker and buckets; valid once started."""
         return NatsEventStore(self.jetstream, self.buckets, timings=self.timings)
 
-    def consumer(
-        self,
-        context: Context,
-        *,
-        durable: str,
-        codec: EventCodec[Any],
-        handler: Handler[Any],
-        filter_subjects: tuple[str, ...] | None = None,
-        **options: Any,
-    ) -> DurableConsumer[Any]:
-        """A durable consumer over a context's stream (or only `filter_subjects` of it), with
-        this runtime's timings."""
-        spec = spec_for(
-            self.topology,
-            context,
-            durable=durable,
-            ack_wait_s=self.settings.ack_wait_s,
-            max_deliver=self.settings.max_deliver,
-            filter_subjects=filter_subjects,
-        )
-        return DurableConsumer(
-            self.jetstream,
-            spec,
-            codec,
-            handler,
-            topology=self.topology,
-            source=context,
-            redelivery_backoff_s=self.settings.redelivery_backoff_s,
-            broker_patience_s=self.settings.broker_patience_s,
-            check_after_s=self.settings.consumer_check_s,
-            **options,
-        )
-
     def bucket(self, purpose: str) -> KeyValue:
         """A declared KV bucket by purpose (e.g. "intents")."""
         return self.buckets[purpose]
 
-    async def start(self) -> None:
-        """Connect, declare everything, start consumers. Retries until the broker answers."""
+    async def start(self, consumers: Consumers | None = None) -> None:
+        """Connect, declare everything, start the consumers built from `consumers`. Retries
+        until the broker answers."""
         tracing.configure(self.name)
         delay = 0.2
         while True:
@@ -150,8 +117,9 @@ class Runtime:
                 delay = min(delay * 2, 2.0)
         self.js = self.nc.jetstream()
         await self._declare()
-        for factory in self.consumers():
-            consumer = factory(self)
+        built = consumers.build(self) if consumers is not None else []
+        built.extend(factory(self) for factory in self.consumers())
+        for consumer in built:
             self.running.append(consumer)
             self._tasks.append(asyncio.create_task(self._supervise(consumer)))
 
@@ -274,16 +242,16 @@ def consumes(
     filter_subjects: Callable[[Topology], tuple[str, ...]] | None = None,
     **options: Any,
 ) -> ConsumerFactory:
-    """A consumer for a Runtime's `consumers`: a durable named after the service, the role
-    (default: the context) and the partition, which it also filters by (every partition's
-    consumer sees every message and works only on its own sessions); `filter_subjects`
+    """Deprecated, for a Runtime's `consumers` (declare a `ConsumerDeclaration` and bind it
+    with `libs.consumers.Consumers` instead): a durable named after the service, the role
+    (default: the context) and the partition, which it also filters by; `filter_subjects`
     (given the runtime's topology) narrows what the broker delivers, default the whole
     stream; `options` go to `DurableConsumer` (e.g. `group_by`, `max_in_flight`)."""
 
     def build(rt: Runtime) -> DurableConsumer[Any]:
         durable = rt.topology.durable(rt.name, role or context.value, partition)
-        return rt.consumer(
-            context, durable=durable, codec=codec, handler=handler, partition=partition,
+        return durable_consumer(
+            rt, context, durable=durable, codec=codec, handler=handler, partition=partition,
             filter_subjects=filter_subjects(rt.topology) if filter_subjects else None,
             **options,
         )
@@ -356,12 +324,14 @@ def _exit_if_failed(task: asyncio.Task[None]) -> None:
 
 def create_service_app(
     runtime: Runtime,
+    consumers: Consumers | None = None,
     *,
     title: str,
     on_start: Callable[[], Awaitable[None]] | None = None,
     on_stop: Callable[[], Awaitable[None]] | None = None,
 ) -> FastAPI:
-    """A FastAPI app with the probes and metrics every service serves."""
+    """A FastAPI app with the probes and metrics every service serves; `consumers` run
+    from start-up."""
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -369,7 +339,7 @@ def create_service_app(
         asyncio.get_running_loop().add_signal_handler(signal.SIGUSR1, _dump_tasks)
 
         async def start() -> None:
-            await runtime.start()
+            await runtime.start(consumers)
             if on_start is not None:
                 await on_start()
             runtime.started.set()

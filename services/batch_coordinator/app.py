@@ -1,4 +1,5 @@
-"""Wiring: the runtime, the two durable consumers and the FastAPI app with probes."""
+"""Wiring: the runtime, the coordinator, its two durable consumers (consumers.py) and the
+FastAPI app with probes."""
 
 from __future__ import annotations
 
@@ -7,14 +8,14 @@ from dataclasses import dataclass, field
 
 from fastapi import FastAPI
 
-from libs.bus import Context
 from libs.clock import SYSTEM_CLOCK
-from libs.events import BATCHES, OPERATIONS
+from libs.consumers import Consumers
 from libs.models import model_for
-from libs.service import Runtime, consumes, create_service_app
+from libs.roles import published_contexts
+from libs.service import Runtime, create_service_app
 from libs.tools import default_registry
 
-from .domain import COORDINATED
+from .consumers import BATCHES, CONSUMERS, OPERATIONS, PUBLICATIONS
 from .handlers import Coordinator
 from .interrupted import InterruptedSweep
 from .settings import SERVICE, Settings
@@ -36,26 +37,9 @@ class CoordinatorRuntime(Runtime):
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The batch-coordinator service."""
     settings = settings or Settings.from_env()
-    # One durable consumer per partition; each sees every message and works only on its own.
-    part = settings.partition
+    # The composition root, in dependency order: runtime → coordinator → its consumers.
     runtime = CoordinatorRuntime(
-        name=SERVICE,
-        settings=settings.bus,
-        # Operations: only a silent member's `interrupted` rejection (interrupted.py).
-        publishes=(Context.BATCHES, Context.DELIVERIES, Context.OPERATIONS),
-        # Asked for at start-up, once the coordinator below (which takes the runtime) exists.
-        consumers=lambda: (
-            consumes(
-                Context.OPERATIONS, OPERATIONS, coordinator.on_operation, partition=part,
-                filter_subjects=lambda topology: topology.operation_kinds_filter(COORDINATED),
-            ),
-            consumes(
-                Context.BATCHES, BATCHES, coordinator.on_batch, partition=part,
-                filter_subjects=lambda topology: topology.kinds_filter(
-                    Context.BATCHES, Coordinator.CONSUMED_BATCH_EVENTS
-                ),
-            ),
-        ),
+        name=SERVICE, settings=settings.bus, publishes=published_contexts(PUBLICATIONS)
     )
     # Raises DeclarationError (the service does not start) on a bad tool declaration.
     coordinator = Coordinator(
@@ -63,6 +47,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         settings,
         model_for(settings.model),
         registry=default_registry(settings=settings.tools),
+    )
+    # One durable consumer per partition; each sees every message and works only on its own.
+    consumers = Consumers(
+        CONSUMERS,
+        {OPERATIONS.role: coordinator.on_operation, BATCHES.role: coordinator.on_batch},
+        partition=settings.partition,
     )
 
     sweep = InterruptedSweep(coordinator, settings, SYSTEM_CLOCK)
@@ -78,5 +68,5 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             task.cancel()
 
     return create_service_app(
-        runtime, title="holdline batch-coordinator", on_start=on_start, on_stop=on_stop
+        runtime, consumers, title="holdline batch-coordinator", on_start=on_start, on_stop=on_stop
     )

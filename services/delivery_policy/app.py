@@ -1,4 +1,5 @@
-"""Wiring: the runtime, three durable consumers and the FastAPI app with probes."""
+"""Wiring: the runtime, the gate, its three durable consumers (consumers.py) and the
+FastAPI app with probes."""
 
 from __future__ import annotations
 
@@ -8,12 +9,11 @@ from dataclasses import dataclass, field
 from fastapi import FastAPI
 
 from libs import metrics
-from libs.bus import Context
-from libs.domain.channel import FACT_EVENTS
-from libs.events import DELIVERIES, INTERACTION, OPERATIONS
-from libs.service import Runtime, consumes, create_service_app
+from libs.consumers import Consumers
+from libs.roles import published_contexts
+from libs.service import Runtime, create_service_app
 
-from .domain import CONSUMED_DELIVERY_EVENTS
+from .consumers import CONSUMERS, DELIVERIES, INTERACTION, OPERATIONS, PUBLICATIONS
 from .handlers import Gate
 from .settings import SERVICE, Settings
 
@@ -35,33 +35,26 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     """The delivery-policy service."""
     settings = settings or Settings.from_env()
     metrics.initialise_deliveries()
-    # One durable consumer per partition; each sees every message and works only on its own.
-    part = settings.partition
+    # The composition root, in dependency order: runtime → gate → its consumers.
     runtime = PolicyRuntime(
-        name=SERVICE,
-        settings=settings.bus,
-        publishes=(Context.DELIVERIES,),
-        # Asked for at start-up, once the gate below (which takes the runtime) exists.
-        consumers=lambda: (
-            consumes(Context.INTERACTION, INTERACTION, gate.on_interaction, partition=part),
-            consumes(
-                Context.OPERATIONS, OPERATIONS, gate.on_operation, partition=part,
-                filter_subjects=lambda topology: topology.operation_kinds_filter(FACT_EVENTS),
-            ),
-            consumes(
-                Context.DELIVERIES, DELIVERIES, gate.on_delivery, partition=part,
-                filter_subjects=lambda topology: topology.kinds_filter(
-                    Context.DELIVERIES, CONSUMED_DELIVERY_EVENTS
-                ),
-            ),
-        ),
+        name=SERVICE, settings=settings.bus, publishes=published_contexts(PUBLICATIONS)
     )
     gate = Gate(runtime, settings)
+    # One durable consumer per partition; each sees every message and works only on its own.
+    consumers = Consumers(
+        CONSUMERS,
+        {
+            INTERACTION.role: gate.on_interaction,
+            OPERATIONS.role: gate.on_operation,
+            DELIVERIES.role: gate.on_delivery,
+        },
+        partition=settings.partition,
+    )
 
     async def on_start() -> None:
         await gate.hydrate()
         runtime.rebuilt.set()
 
     return create_service_app(
-        runtime, title="holdline delivery-policy", on_start=on_start, on_stop=gate.stop
+        runtime, consumers, title="holdline delivery-policy", on_start=on_start, on_stop=gate.stop
     )

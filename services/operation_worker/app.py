@@ -6,25 +6,20 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from libs import metrics, tracing
-from libs.bus import Context
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK
+from libs.consumers import Bound, Consumers
 from libs.domain import TERMINAL
-from libs.events import OPERATIONS, WORK
 from libs.json_response import JSONResponse
 from libs.problems import install_problem_handlers, problem
-from libs.service import Runtime, consumes, create_service_app
+from libs.roles import published_contexts
+from libs.service import Runtime, create_service_app
 from libs.tools import CallbackRefused, default_registry, sandbox_client
 
-from .domain import DISPATCHED
+from .consumers import CONSUMERS, DISPATCH, PUBLICATIONS, WORK
 from .handlers import FOREIGN, Worker
-from .settings import Settings
+from .settings import SERVICE, Settings
 
 _MAX_CALLBACK_BYTES = 64 * 1024
-
-
-def per_operation(subject: str) -> str:
-    """An operation event's subject without its kind token: one group per operation."""
-    return subject.rpartition(".")[0]
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -38,50 +33,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         (t.name for t in registry.tools(include_internal=True)), [s.value for s in TERMINAL]
     )
 
+    # The composition root, in dependency order: runtime → worker → its consumers.
     runtime = Runtime(
-        name="operation-worker",
-        settings=settings.bus,
-        publishes=(Context.OPERATIONS, Context.DLQ),
-        # Asked for at start-up, once the worker below (which takes the runtime) exists.
-        consumers=lambda: (
-            # The operations consumer runs the work itself (no work command, no load of an
-            # admitted operation): one message at a time per operation (its admitted and its
-            # cancel_requested, in stream order), many operations at once per worker. The
-            # durable keeps its name from when it only relayed (`operation-worker-dispatch`)
-            # so a deployment carries on where it left off instead of a new durable replaying
-            # every admitted event from the stream's start.
-            consumes(
-                Context.OPERATIONS,
-                OPERATIONS,
-                worker.execute,
-                role="dispatch",
-                filter_subjects=lambda topology: topology.operation_kinds_filter(DISPATCHED),
-                group_by=per_operation,
-                max_in_flight=settings.max_in_flight,
-                batch=settings.work_batch,
-            ),
-            # Work commands an operator re-drives (libs/operator) or an older worker relayed:
-            # run the same way, grouped per operation too (`operation-worker-work`).
-            consumes(
-                Context.WORK,
-                WORK,
-                worker.work,
-                role="work",
-                group_by=lambda subject: subject,
-                max_in_flight=settings.max_in_flight,
-                batch=settings.work_batch,
-            ),
-        ),
+        name=SERVICE, settings=settings.bus, publishes=published_contexts(PUBLICATIONS)
     )
     # The process's one clock and id factory, chosen here at its root; the worker reads the
     # broker connection from the runtime once it is started.
     clock, ids = SYSTEM_CLOCK, RANDOM_IDS
     worker = Worker(runtime, registry, settings, clock=clock, ids=ids)
+    tuning = {"max_in_flight": settings.max_in_flight, "batch": settings.work_batch}
+    consumers = Consumers(
+        CONSUMERS,
+        {DISPATCH.role: Bound(worker.execute, **tuning), WORK.role: Bound(worker.work, **tuning)},
+    )
 
     async def stop() -> None:
         await client.aclose()
 
-    app = create_service_app(runtime, title="holdline operation-worker", on_stop=stop)
+    app = create_service_app(runtime, consumers, title="holdline operation-worker", on_stop=stop)
     install_problem_handlers(app)
 
     @app.post("/v1/callbacks/{executor}")

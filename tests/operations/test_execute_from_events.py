@@ -28,7 +28,7 @@ from libs.events import (
 )
 from libs.service import Runtime
 from libs.tools import default_registry, sandbox_client
-from services.operation_worker.app import per_operation
+from services.operation_worker.consumers import DISPATCH
 from services.operation_worker.domain import seeded
 from services.operation_worker.handlers import Worker
 from services.operation_worker.settings import Settings
@@ -93,6 +93,9 @@ def test_only_a_message_stored_under_the_empty_guard_of_its_operation_is_a_first
 
 
 def test_an_operations_events_are_one_group_whatever_their_kind() -> None:
+    # The grouping the worker's dispatch consumer is declared with.
+    per_operation = DISPATCH.grouping.group_by()
+    assert per_operation is not None
     topology = Topology("hl")
     admitted = topology.operation_event_subject("s1", "op1", "admitted")
     cancel = topology.operation_event_subject("s1", "op1", "cancel_requested")
