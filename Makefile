@@ -13,7 +13,7 @@ help:
 	@echo "make run-cluster  the same on a 3-node JetStream cluster, two of each service"
 	@echo "make test   install what is needed and run lint, types and the whole suite"
 	@echo "make test-fast  the shell unit tests on the in-memory event store (no broker, seconds)"
-	@echo "make proto  regenerate proto/ (JSON Schemas and the AsyncAPI document)"
+	@echo "make proto  regenerate proto/ (JSON Schemas, the AsyncAPI document) and the docs' consumer table"
 	@echo "make bench  run the benchmarks; results under bench/results/"
 	@echo "make chaos  the long fault-injection run (kills, pauses, broker faults); prints its figures"
 
@@ -41,10 +41,10 @@ test-fast: venv
 	$(BIN)/python -m pytest -m fast -n 0 -p no:randomly $(PYTEST_ARGS)
 
 proto: venv
-	$(BIN)/python -m libs.proto
+	$(BIN)/python -m devtools.proto
 
 proto-check: venv
-	$(BIN)/python -m libs.proto --check
+	$(BIN)/python -m devtools.proto --check
 
 bench: venv
 	$(BIN)/python -m bench

@@ -2,7 +2,7 @@
 
 `WS /v1/sessions/{id}/agent` carries JSON text frames tagged on `type`. The surface decodes
 what the agent sends with `CLIENT_FRAME` and encodes what it pushes from these very structs,
-and `libs.proto` writes `proto/agent-asyncapi.json` from them, so the published contract
+and `devtools.proto` writes `proto/agent-asyncapi.json` from them, so the published contract
 cannot drift from the code.
 """
 

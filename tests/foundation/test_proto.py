@@ -15,7 +15,8 @@ import pytest
 from jsonschema import Draft7Validator, Draft202012Validator
 from jsonschema.validators import validator_for
 
-from libs import proto
+from devtools import consumer_table, proto
+from devtools.declared import declared
 from libs.bus.deadletter import DEAD_LETTER_ENCODER, DeadLetter
 from libs.events import (
     BargeIn,
@@ -307,20 +308,70 @@ def test_services_roles(asyncapi: Any) -> None:
         "control",
         "operations",
         "batches",
+        "deliveries",
     }
+    assert channels("interaction-surface", "receive") == {"deliveries"}
     # The worker runs operations from their events: only an operator writes work commands.
     assert channels("operation-worker", "send") == {"operations", "dlq"}
     assert channels("operation-worker", "receive") == {"work", "operations"}
-    assert channels("holdline-operator", "send") == {"work"}
+    assert channels("holdline-operator", "send") == {"work", "operations"}
     assert channels("batch-coordinator", "receive") == {"operations", "batches"}
-    assert channels("batch-coordinator", "send") == {"batches", "deliveries"}
-    assert channels("delivery-policy", "receive") == {"deliveries", "interaction", "control"}
+    # Operations: only a silent member's `interrupted` rejection.
+    assert channels("batch-coordinator", "send") == {"batches", "deliveries", "operations"}
+    assert channels("delivery-policy", "receive") == {"deliveries", "interaction", "operations"}
     assert channels("delivery-policy", "send") == {"deliveries"}
     opened = asyncapi["operations"]["interaction-surface.send.batches"]["messages"]
     assert opened == [{"$ref": "#/channels/batches/messages/BatchOpened"}]
     # The coordinator's batches consumer asks the broker for `batch.opened` only.
     taken = asyncapi["operations"]["batch-coordinator.receive.batches"]["messages"]
     assert taken == [{"$ref": "#/channels/batches/messages/BatchOpened"}]
+
+
+def test_receive_operations_are_the_declared_consumers(asyncapi: Any) -> None:
+    # Every durable consumer a service declares (and so runs) is an operation receiving
+    # exactly the kinds it asks the broker for; no receive operation is declared elsewhere.
+    found = declared()
+    received = {
+        op_id: op for op_id, op in asyncapi["operations"].items() if op["action"] == "receive"
+    }
+    assert len(received) == len(found.consumers)
+    for consumer in found.consumers:
+        op = received[f"{consumer.service}.receive.{consumer.context.value}"]
+        assert op["summary"] == consumer.summary
+        channel = consumer.context.value
+        names = {m["$ref"].removeprefix(f"#/channels/{channel}/messages/") for m in op["messages"]}
+        expected = {k.__name__ for k in consumer.kinds} or set(
+            asyncapi["channels"][channel]["messages"]
+        )
+        assert names == expected, consumer.role
+
+
+def test_admission_kinds_are_the_surfaces_alone() -> None:
+    # The surface sends admission's operation events and its follow-ups; the worker all
+    # the others: the two declarations name the same kinds.
+    sends = {(p.service, p.context.value): p for p in declared().publications}
+    surface = sends[("interaction-surface", "operations")]
+    worker = sends[("operation-worker", "operations")]
+    assert surface.only
+    assert set(surface.only) == set(worker.exclude)
+
+
+def test_the_docs_consumer_table_is_the_declarations(tmp_path: Path) -> None:
+    assert consumer_table.check() == [], "run `make proto`"
+    text = consumer_table.DOCS_FILE.read_text(encoding="utf-8")
+    table = consumer_table.table()
+    assert table in text
+    for consumer in declared().consumers:
+        assert f"| `{consumer.durable(proto.Topology())}" in table
+    # A row edited by hand (a kind left out) is reported, and rewritten.
+    docs = tmp_path / "architecture.md"
+    docs.write_text(text.replace("| `admitted`, `cancel_requested` |", "| `admitted` |"))
+    assert "+| `operation-worker-dispatch` | `HL_OPERATIONS` | `admitted`, `cancel_requested`" in (
+        "".join(consumer_table.check(docs))
+    )
+    assert proto.main(["--check", "--docs", str(docs)]) == 1
+    assert consumer_table.write(docs)
+    assert docs.read_text() == text
 
 
 @pytest.mark.parametrize(("name", "sample"), SAMPLES, ids=[name for name, _ in SAMPLES])

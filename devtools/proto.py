@@ -3,12 +3,14 @@
 Everything is derived from the msgspec structs in `libs.events` and the subject layout in
 `libs.bus.topology`, so `proto/` cannot drift from the code unnoticed:
 
-    python -m libs.proto           # rewrite proto/asyncapi.json, proto/agent-asyncapi.json
-                                   # and proto/schemas/*.json
-    python -m libs.proto --check   # exit 1 with a unified diff when they are out of date
+    python -m devtools.proto           # rewrite proto/asyncapi.json, proto/agent-asyncapi.json,
+                                       # proto/schemas/*.json and the consumer table of
+                                       # docs/architecture.md (devtools.consumer_table)
+    python -m devtools.proto --check   # exit 1 with a unified diff when they are out of date
 
-Over 400 lines: the two AsyncAPI documents (bus and Agent API) share the schema walker
-and the subject addressing, so generator and checker stay one module.
+The AsyncAPI operations are the services' declared roles on the bus (devtools.declared):
+the consumers the runtime builds and the streams it appends to, never a table kept here.
+A build tool, not installed with the runtime.
 """
 
 from __future__ import annotations
@@ -26,26 +28,19 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from devtools import consumer_table
+from devtools.declared import Declared, declared
 from libs import agent_frames
 from libs.bus.deadletter import DeadLetter
 from libs.bus.topology import Context, Topology, event_kind
 from libs.events import (
     SCHEMA_VERSION,
-    BatchDrained,
     BatchEvent,
-    BatchOpened,
     ControlEvent,
-    DeliveryDecided,
     DeliveryEvent,
-    DeliveryRequeued,
     Envelope,
     InteractionEvent,
-    OperationAdmitted,
-    OperationAwaitingConfirmation,
-    OperationConfirmed,
     OperationEvent,
-    OperationRejected,
-    OperationRequested,
     WorkCommand,
 )
 
@@ -239,110 +234,23 @@ class _Role:
         return f"{self.service}.{self.action}.{self.context.value}"
 
 
-# Admission happens in the interaction surface; everything later in an operation's life is
-# the worker's, so new operation events default to the worker.
-_ADMISSION: Final[tuple[StructType, ...]] = (
-    OperationRequested,
-    OperationAwaitingConfirmation,
-    OperationConfirmed,
-    OperationAdmitted,
-    OperationRejected,
-)
-
-ROLES: Final[tuple[_Role, ...]] = (
-    _Role(
-        "interaction-surface",
-        "send",
-        Context.INTERACTION,
-        "Appends conversation and channel events of each session.",
-    ),
-    _Role("interaction-surface", "send", Context.CONTROL, "Publishes barge-ins and cancellations."),
-    _Role(
-        "interaction-surface",
-        "send",
-        Context.OPERATIONS,
-        "Records tool calls and their admission or rejection.",
-        only=_ADMISSION,
-    ),
-    _Role(
-        "interaction-surface",
-        "send",
-        Context.BATCHES,
-        "Opens the batch of operations admitted in one turn.",
-        only=(BatchOpened,),
-    ),
-    _Role(
-        "operation-worker",
-        "receive",
-        Context.WORK,
-        "Takes work commands (an operator's re-drive) from the work queue.",
-    ),
-    _Role(
-        "operation-worker",
-        "receive",
-        Context.OPERATIONS,
-        "Runs admitted operations and cancel requests as they arrive; reads operation history"
-        " to resume and reconcile operations.",
-    ),
-    _Role(
-        "operation-worker",
-        "send",
-        Context.OPERATIONS,
-        "Records execution, retries and terminal states.",
-        exclude=_ADMISSION,
-    ),
-    _Role(
-        "holdline-operator",
-        "send",
-        Context.WORK,
-        "Re-drives dead-lettered operations as work commands (`holdline dlq redrive`).",
-    ),
-    _Role("operation-worker", "send", Context.DLQ, "Dead-letters messages it gave up on."),
-    _Role(
-        "batch-coordinator",
-        "receive",
-        Context.OPERATIONS,
-        "Follows members of open batches to their terminal states.",
-    ),
-    _Role(
-        "batch-coordinator",
-        "send",
-        Context.BATCHES,
-        "Records the drain of each batch, with how every member settled.",
-        only=(BatchDrained,),
-    ),
-    _Role(
-        "batch-coordinator",
-        "send",
-        Context.DELIVERIES,
-        "Creates deliveries for settled operations and drained batches.",
-    ),
-    _Role(
-        "batch-coordinator",
-        "receive",
-        Context.BATCHES,
-        "Takes each opened batch; its own drains it folds as it appends them.",
-        only=(BatchOpened,),
-    ),
-    _Role(
-        "delivery-policy",
-        "receive",
-        Context.DELIVERIES,
-        "Reads pending deliveries to decide when and how to say them; its own decisions and"
-        " requeues it folds as it appends them.",
-        exclude=(DeliveryDecided, DeliveryRequeued),
-    ),
-    _Role(
-        "delivery-policy",
-        "receive",
-        Context.INTERACTION,
-        "Watches speech, playback and typing to find a quiet moment.",
-    ),
-    _Role("delivery-policy", "receive", Context.CONTROL, "Reacts to barge-ins and cancellations."),
-    _Role(
-        "delivery-policy", "send", Context.DELIVERIES, "Records delivery decisions and outcomes."
-    ),
-)
+def roles(found: Declared | None = None) -> tuple[_Role, ...]:
+    """The AsyncAPI operations: what each service declares it receives (its durable
+    consumers, with the kinds they ask the broker for) and sends (its publications)."""
+    found = found or declared()
+    receives = [
+        _Role(c.service, "receive", c.context, c.summary, only=c.kinds) for c in found.consumers
+    ]
+    sends = [
+        _Role(p.service, "send", p.context, p.summary, only=p.only, exclude=p.exclude)
+        for p in found.publications
+    ]
+    every = (*receives, *sends)
+    ids = [r.operation_id for r in every]
+    repeated = sorted({i for i in ids if ids.count(i) > 1})
+    if repeated:
+        raise ValueError(f"one operation per service, action and stream; twice: {repeated}")
+    return every
 
 
 def _role_messages(role: _Role, channel: tuple[_Message, ...]) -> list[_Message]:
@@ -415,7 +323,7 @@ def asyncapi_document() -> bytes:
                 for m in _role_messages(role, by_context[role.context])
             ],
         }
-        for role in ROLES
+        for role in roles()
     }
     document = {
         "asyncapi": ASYNCAPI_VERSION,
@@ -490,23 +398,33 @@ def write(root: Path = PROTO_DIR) -> list[Path]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line entry point: write the files, or check them with --check."""
-    parser = argparse.ArgumentParser(prog="python -m libs.proto", description=__doc__)
+    """Command line entry point: write the files and the docs' consumer table, or check
+    them with --check."""
+    parser = argparse.ArgumentParser(prog="python -m devtools.proto", description=__doc__)
     parser.add_argument(
         "--check", action="store_true", help="fail with a diff if proto/ is out of date"
     )
     parser.add_argument("--root", type=Path, default=PROTO_DIR, help="the proto directory")
+    parser.add_argument(
+        "--docs", type=Path, default=consumer_table.DOCS_FILE,
+        help="the Markdown file holding the generated consumer table",
+    )
     args = parser.parse_args(argv)
     root: Path = args.root.resolve()
+    docs: Path = args.docs.resolve()
     if args.check:
-        diffs = check(root)
+        diffs = check(root) + consumer_table.check(docs)
         if diffs:
             sys.stdout.write("".join(diffs))
-            sys.stdout.write(f"\n{root} is out of date: run `python -m libs.proto`.\n")
+            sys.stdout.write(
+                f"\n{root} or {docs.name} is out of date: run `python -m devtools.proto`.\n"
+            )
             return 1
         return 0
     for path in write(root):
         sys.stdout.write(f"wrote {path.relative_to(root.parent).as_posix()}\n")
+    if consumer_table.write(docs):
+        sys.stdout.write(f"wrote the consumer table of {docs.name}\n")
     return 0
 
 
