@@ -64,7 +64,7 @@ class Runtime:
     publishes: tuple[Context, ...]
     # Deprecated (the interaction surface's until its root moves to `Consumers`): consumers
     # asked for once at start-up, besides those `start` is given.
-    consumers: Callable[[], Sequence[ConsumerFactory]] = lambda: ()
+    consumers: Callable[[], Sequence[ConsumerFactory]] | None = None
     topology: Topology = field(init=False)
     nc: Client | None = None
     js: JetStreamContext | None = None
@@ -118,7 +118,8 @@ class Runtime:
         self.js = self.nc.jetstream()
         await self._declare()
         built = consumers.build(self) if consumers is not None else []
-        built.extend(factory(self) for factory in self.consumers())
+        if self.consumers is not None:
+            built.extend(factory(self) for factory in self.consumers())
         for consumer in built:
             self.running.append(consumer)
             self._tasks.append(asyncio.create_task(self._supervise(consumer)))

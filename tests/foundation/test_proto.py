@@ -17,6 +17,7 @@ from jsonschema.validators import validator_for
 
 from devtools import consumer_table, proto
 from devtools.declared import declared
+from libs.bus import Topology
 from libs.bus.deadletter import DEAD_LETTER_ENCODER, DeadLetter
 from libs.events import (
     BargeIn,
@@ -362,7 +363,7 @@ def test_the_docs_consumer_table_is_the_declarations(tmp_path: Path) -> None:
     table = consumer_table.table()
     assert table in text
     for consumer in declared().consumers:
-        assert f"| `{consumer.durable(proto.Topology())}" in table
+        assert f"| `{consumer.durable(Topology())}" in table
     # A row edited by hand (a kind left out) is reported, and rewritten.
     docs = tmp_path / "architecture.md"
     docs.write_text(text.replace("| `admitted`, `cancel_requested` |", "| `admitted` |"))
