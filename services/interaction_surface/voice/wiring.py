@@ -22,7 +22,8 @@ from ..chat.turns import TurnInput
 from .call import CallRegistry, Review, SpeechPorts
 from .control_log import ControlLog, control_aggregate
 from .engines.base import SpeechError, SpeechToText, TextToSpeech, synthesize
-from .engines.deepgram import DeepgramStt, DeepgramTts
+from .engines.deepgram import DeepgramTts
+from .engines.deepgram_stt import DeepgramStt
 from .engines.espeak import EspeakTts
 from .engines.pocketsphinx import PocketsphinxStt
 from .engines.registry import register_stt, register_tts, stt_named, tts_named
