@@ -20,7 +20,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -172,6 +172,8 @@ async def test_forged_expired_mismatched_or_missing_tickets_store_nothing(
         }, call_sid),
         ("ticket_malformed", {**good, "ticket": "v1.not-a-ticket"}, call_sid),
         ("bad_parameters", {**good, "padding": "x" * 4000}, call_sid),
+        # Not a flat object of strings: no TwiML of ours says that (refused as it decodes).
+        ("bad_parameters", {**good, "nested": cast(str, {"a": "b"})}, call_sid),
     ]
     for reason, params, sid in cases:
         before = await metric(client, REJECTED, reason=reason)

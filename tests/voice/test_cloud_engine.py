@@ -24,11 +24,13 @@ from services.interaction_surface.voice.codec import ULAW_FRAME_BYTES, ulaw_to_p
 from services.interaction_surface.voice.engines.base import SpeechError, final_text, synthesize
 from services.interaction_surface.voice.engines.deepgram import (
     DeepgramConfig,
+    DeepgramTts,
+    VendorError,
+)
+from services.interaction_surface.voice.engines.deepgram_stt import (
     DeepgramRecognizer,
     DeepgramStt,
-    DeepgramTts,
     Transcript,
-    VendorError,
 )
 from services.interaction_surface.voice.settings import deepgram_from_env
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from services.interaction_surface.voice.codec import (
@@ -21,12 +23,12 @@ from services.interaction_surface.voice.engines.pocketsphinx import (
     domain_corpus,
 )
 from services.interaction_surface.voice.playback import PlaybackLedger, heard_prefix, unheard_rest
-from services.interaction_surface.voice.twilio import (
+from services.interaction_surface.voice.twilio import signature_ok, twilio_signature
+from services.interaction_surface.voice.twilio_frames import (
     FrameError,
-    media_payload,
-    parse_frame,
-    signature_ok,
-    twilio_signature,
+    TwilioAudio,
+    TwilioMedia,
+    decode_frame,
 )
 from services.interaction_surface.voice.vad import VadConfig, VadEvent, VoiceActivity
 from services.interaction_surface.voice.wiring import PRIMER_TEXT
@@ -220,26 +222,29 @@ def test_a_resume_says_exactly_the_words_after_the_heard_prefix() -> None:
 )
 def test_bad_frames_have_reasons(raw: str, reason: str) -> None:
     with pytest.raises(FrameError) as caught:
-        parse_frame(raw)
+        decode_frame(raw)
     assert caught.value.reason == reason
 
 
 def test_media_payload_is_checked() -> None:
-    assert media_payload({"media": {"payload": "/w=="}}) == b"\xff"
+    assert decode_frame('{"event": "media", "media": {"payload": "/w=="}}') == TwilioMedia(
+        TwilioAudio(b"\xff")
+    )
     for bad, reason in (
         ({"media": {"payload": "!!not base64!!"}}, "invalid_base64"),
         ({"media": {}}, "missing_payload"),
         ({"media": "x"}, "missing_payload"),
     ):
         with pytest.raises(FrameError) as caught:
-            media_payload(bad)
+            decode_frame(json.dumps({"event": "media", **bad}))
         assert caught.value.reason == reason
 
 
 def test_tolerant_parse_ignores_unknown_fields_and_numbers() -> None:
-    event, frame = parse_frame('{"event": "media", "sequenceNumber": 7, "extra": {"a": 1}}')
-    assert event == "media"
-    assert frame["sequenceNumber"] == 7
+    frame = decode_frame(
+        '{"event": "media", "sequenceNumber": 7, "extra": {"a": 1}, "media": {"payload": ""}}'
+    )
+    assert frame == TwilioMedia(TwilioAudio(b""))
 
 
 def test_twilio_signature() -> None:

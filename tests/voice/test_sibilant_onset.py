@@ -17,12 +17,11 @@ from services.interaction_surface.voice.codec import (
 from services.interaction_surface.voice.engines.base import synthesize
 from services.interaction_surface.voice.engines.espeak import EspeakTts
 from services.interaction_surface.voice.settings import vad_from_env
+from services.interaction_surface.voice.speech_cues import power_spectrum, sibilant_onset
 from services.interaction_surface.voice.vad import (
     VadConfig,
     VadEvent,
     VoiceActivity,
-    power_spectrum,
-    sibilant_onset,
     webrtc_classifier,
 )
 

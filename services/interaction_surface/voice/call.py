@@ -10,15 +10,14 @@ The rules, and where they live (each tested without a socket, tests/voice):
 - `playback`: what was heard (marks and clears), what a settled utterance or a cut reply
   records (`finished`, `truncated`, `unsaid`), when a queued utterance is dropped unsent.
 - `dtmf`: key presses as yes/no or a typed entry; `floor`: backchannels, doubtful hearings.
+The parts of a call with state of their own: `SuspendedAudio` (what a barge-in cut, until
+the verdict), `Doubt` (a request held for a yes or no), `Keypad` (a typed entry and its
+timer), `outbound.Playout` (the audio going out), `Recorder` (the ordered writes).
 
 Barge-in order (the latency that matters): `clear` is sent first, nothing awaited on the
 bus before it; then `control.barge_in`, `playback.finished` and, for a cut reply,
 `reply.truncated` are recorded in order by the call's `Recorder`. Operations are untouched:
 cancelling business is a turn's job. `perf_counter` only measures that latency.
-
-About 500 lines because one call is one state machine (inbound audio, barge-in, resumes,
-DTMF, doubts, turns) whose parts share its state and its tasks; what remains here is
-waiting and recording what the rules returned.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 from fastapi import WebSocket
@@ -39,21 +37,23 @@ from libs.events import (
     ChannelDisconnected,
     ControlEvent,
     InteractionEvent,
+    PlaybackStarted,
     SpeechStarted,
     SpeechStopped,
 )
 
-from . import dtmf
 from . import playback as pb
 from . import turn_taking as tt
 from .codec import PCM_FRAME_BYTES, FrameSplitter, ulaw_to_pcm16
-from .engines.base import Recognizer, final_text, heard_words, known_values
-from .floor import Word, doubtful_values, question
+from .doubt import Doubt
+from .engines.base import Recognizer, final_text, heard_words
+from .keypad import Keypad
 from .outbound import Playout
 from .playback import PlaybackLedger, Settled
 from .ports import Review, SpeechPorts
 from .recorder import Recorder
 from .registry import CallRegistry
+from .suspended import SuspendedAudio
 from .vad import VadEvent, VoiceActivity
 
 __all__ = ["CALLS", "FRAMES_REJECTED", "Call", "CallRegistry", "Review", "SpeechPorts"]
@@ -88,7 +88,7 @@ class Call:
         self.out = Playout(
             websocket, stream_sid, name=self.connection_id, tts=ports.tts,
             lead_ms=ports.playout_lead_ms,
-            started=lambda event, refs: self.interaction(event, **refs),
+            started=self._record_started,
             finished=self._record_finished,
         )
         self.vad = VoiceActivity(ports.vad)
@@ -103,18 +103,23 @@ class Call:
         self._turn_task: asyncio.Task[None] | None = None
         self._cancelled_turns: set[asyncio.Task[None]] = set()
         self.last_barge_in_s: float | None = None
-        # Cut by a barge-in whose verdict (real or false) is not known yet.
-        self._suspended: list[Settled] = []
-        self._verdict: asyncio.Task[None] | None = None
         self._resumes: set[asyncio.Task[None]] = set()
-        self._digits = ""
-        self._dtmf_turns = 0
-        self._dtmf_timer: asyncio.Task[None] | None = None
+        # Cut by a barge-in whose verdict (real or false) is not known yet.
+        self._cut = SuspendedAudio(
+            self.out, name=self.connection_id, window_ms=ports.vad.false_interruption_ms,
+            say=self.say, track=self._track, record_finished=self._record_finished,
+            not_a_turn=self._cancelled_turns.clear,
+        )
+        # A request heard with doubt, waiting for the caller's yes or no.
+        self._doubt = Doubt(self.connection_id, ports.stt, ports.floor)
+        self._keypad = Keypad(
+            self.connection_id, self.session_id, pause_ms=ports.dtmf_pause_ms,
+            awaiting_confirmation=ports.awaiting_confirmation,
+            doubt_pending=self._doubt.pending, answer_doubt=self._answer_doubt,
+            run_turn=self._run_turn,
+        )
         self.held_since: float | None = None
         self.false_alarms = 0
-        # A request heard with doubt, waiting for the caller's yes or no.
-        self._doubt: str | None = None
-        self._heard_turns = 0
 
     @property
     def ledger(self) -> PlaybackLedger:
@@ -178,7 +183,7 @@ class Call:
             playing=self.ledger.active,
             flowing=self.out.flowing,
             replying=self._turn_task is not None,
-            verdict_pending=self._verdict is not None,
+            verdict_pending=self._cut.verdict_pending,
             recognizing=self.ports.stt is not None,
         )
         voiced_wall = 0.0 if event.kind == "rejected" else self._wall_of(event.first_voiced_ms + 20)
@@ -193,16 +198,16 @@ class Call:
         words = heard_words(recognizer, text) if recognizer is not None else []
         actions = tt.on_ended(
             text,
-            suspended=bool(self._suspended),
+            suspended=self._cut.waiting,
             cut_reply=bool(self._cancelled_turns),
-            doubt_pending=self._doubt is not None,
+            doubt_pending=self._doubt.pending(),
             can_turn=self.ports.turn is not None,
             floor=self.ports.floor,
         )
         for action in actions:
             if isinstance(action, tt.RunTurn):
                 # Heard words: the turn's calls are reviewed for doubtful hearing first.
-                review = self._reviewer(action.text, words)
+                review = self._doubt.reviewer(action.text, words)
                 self._turn_task = asyncio.create_task(self._turn(action.text, review=review))
             else:
                 await self._apply(action, 0.0)
@@ -218,9 +223,7 @@ class Call:
             case tt.Release():
                 self._release()
             case tt.CancelVerdict():
-                if self._verdict is not None:
-                    self._verdict.cancel()
-                    self._verdict = None
+                self._cut.cancel_verdict()
             case tt.BargeIn():
                 await self.barge_in(voiced_wall)
             case tt.OpenRecognizer():
@@ -231,45 +234,27 @@ class Call:
             case tt.RecordBackchannel(text=text, continued=continued):
                 self.control(Backchannel(text=text, continued=continued))
             case tt.ResumeSuspended():
-                self._resume_suspended()
+                self._cut.resume()
             case tt.SettleSuspended(reason=reason):
-                self._settle_suspended(reason)
+                self._cut.settle(reason)
             case tt.AwaitFalseInterruption():
-                self._verdict = asyncio.create_task(self._await_false_interruption())
+                self._cut.await_verdict()
             case tt.AnswerDoubt(yes=yes):
                 self._answer_doubt(yes)
             case tt.DropDoubt():
-                self._doubt = None
+                self._doubt.drop()
             case tt.RunTurn() | tt.SayLine():
                 self._start(action)
 
-    def _reviewer(self, text: str, words: list[Word]) -> Review:
-        """Before admission: calls built on doubtful words are held and the caller asked."""
-        known = known_values(self.ports.stt)
-
-        def review(calls: Sequence[tuple[str, Mapping[str, Any]]]) -> str | None:
-            if not doubtful_values(calls, words, known, self.ports.floor):
-                return None
-            self._doubt = text
-            return question(calls, words)
-
-        return review
-
     def _answer_doubt(self, yes: bool) -> None:
         """The caller's yes/no to "did you say ...?": the request runs as heard, or not."""
-        doubt, self._doubt = self._doubt, None
-        if doubt is not None:
-            self._heard_turns += 1
-        answered = tt.answer_doubt(
-            doubt, yes, connection_id=self.connection_id, answered=self._heard_turns
-        )
-        for action in answered:
+        for action in self._doubt.answer(yes):
             self._start(action)
 
     def _start(self, action: tt.RunTurn | tt.SayLine) -> None:
         """A turn, or a fixed line, runs in the background."""
         if isinstance(action, tt.RunTurn):
-            self._turn_task = asyncio.create_task(self._turn(action.text, action.client_turn_id))
+            self._run_turn(action.text, action.client_turn_id)
         else:
             self._track(asyncio.create_task(self.say(action.text, action.playback_id)))
 
@@ -303,7 +288,7 @@ class Call:
         )
         for cut in plan.cuts:
             if cut.suspend:
-                self._suspend(cut.item)
+                self._cut.suspend(cut.item)
             else:
                 self.out.settle(cut.item)
         self.control(
@@ -313,53 +298,12 @@ class Call:
             delivery_id=plan.delivery_id,
         )
 
-    def _suspend(self, item: Settled) -> None:
-        """Flushed audio (recorded now); its outcome waits for the interruption's verdict."""
-        self.out.stop_stream(item.utterance.playback_id)
-        self._record_finished(item)
-        self._suspended.append(item)
-
-    def _settle_suspended(self, reason: str) -> None:
-        """The interruption was real (or the call ended): what was cut stays unheard."""
-        suspended, self._suspended = self._suspended, []
-        for item in suspended:
-            self.out.resolve(pb.unheard(item, reason))
-
-    async def _await_false_interruption(self) -> None:
-        await asyncio.sleep(self.ports.vad.false_interruption_ms / 1000)
-        self._verdict = None
-        self._resume_suspended()
-
-    def _resume_suspended(self) -> None:
-        """The interruption was not a turn: what it cut goes on from its first unheard word."""
-        # Not a turn: the generation that was cut can still answer.
-        self._cancelled_turns.clear()
-        if self.closed or not self._suspended:
-            return
-        suspended, self._suspended = self._suspended, []
-        for item in suspended:
-            self._track(asyncio.create_task(self._resume(item)))
-
-    async def _resume(self, item: Settled) -> None:
-        """Say the unheard rest; the cut utterance is heard only if the rest is."""
-        u = item.utterance
-        plan = tt.plan_resume(u.text, item.heard_text, u.playback_id)
-        if isinstance(plan, tt.HeardAll):
-            self.out.resolve(Settled(u, heard=True, played_ms=u.duration_ms, reason="played_out"))
-            return
-        try:
-            after = await self.say(
-                plan.text, plan.playback_id,
-                delivery_id=u.delivery_id, response_id=u.response_id, turn_id=u.turn_id,
-            )
-        except Exception:
-            log.exception("call %s: resuming %s failed", self.connection_id, u.playback_id)
-            after = Settled(u, heard=False, played_ms=0, reason="resume_failed")
-        self.out.resolve(tt.resumed(item, after))
-
     def on_mark(self, name: str) -> None:
         """A mark came back from the phone."""
         self.out.on_mark(name)
+
+    def _record_started(self, event: PlaybackStarted, refs: dict[str, Any]) -> None:
+        self.interaction(event, **refs)
 
     def _record_finished(self, item: Settled) -> None:
         if not item.heard:
@@ -371,44 +315,8 @@ class Call:
 
     def on_dtmf(self, digit: str) -> None:
         """A key press: yes/no to a pending confirmation, else part of a typed entry."""
-        if self.ports.turn is None:
-            return
-        if self._dtmf_timer is not None:
-            self._dtmf_timer.cancel()
-            self._dtmf_timer = None
-        awaiting = self.ports.awaiting_confirmation
-        # The view is asked only when the key could be an answer to it.
-        confirming = (
-            dtmf.may_confirm(self._digits, digit, doubt_pending=self._doubt is not None)
-            and awaiting is not None and awaiting(self.session_id)
-        )
-        self._digits, action = dtmf.press(
-            self._digits, digit, doubt_pending=self._doubt is not None,
-            awaiting_confirmation=confirming,
-        )
-        self._on_keys(action)
-
-    def _on_keys(self, action: dtmf.DtmfAction) -> None:
-        match action:
-            case dtmf.AnswerDoubt(yes=yes):
-                self._answer_doubt(yes)
-            case dtmf.Turn(text=text):
-                self._dtmf_turn(text)
-            case dtmf.Collect():
-                self._dtmf_timer = asyncio.create_task(self._dtmf_pause())
-            case None:
-                pass
-
-    async def _dtmf_pause(self) -> None:
-        await asyncio.sleep(self.ports.dtmf_pause_ms / 1000)
-        self._dtmf_timer = None
-        self._digits, action = dtmf.pause(self._digits)
-        self._on_keys(action)
-
-    def _dtmf_turn(self, text: str) -> None:
-        self._dtmf_turns += 1
-        client_turn_id = dtmf.turn_id(self.connection_id, self._dtmf_turns)
-        self._turn_task = asyncio.create_task(self._turn(text, client_turn_id))
+        if self.ports.turn is not None:
+            self._keypad.press(digit)
 
     # ------------------------------------------------------------------ outbound
 
@@ -423,6 +331,9 @@ class Call:
 
     # ------------------------------------------------------------------ turns
 
+    def _run_turn(self, text: str, client_turn_id: str | None = None) -> None:
+        self._turn_task = asyncio.create_task(self._turn(text, client_turn_id))
+
     async def _turn(
         self, text: str, client_turn_id: str | None = None, review: Review | None = None
     ) -> None:
@@ -435,7 +346,7 @@ class Call:
         if task in self._cancelled_turns:
             self._cancelled_turns.discard(task)
             # A question the caller never heard cannot be answered.
-            self._doubt = None
+            self._doubt.drop()
             cancel, truncated = pb.unsaid()
             self.control(cancel, turn_id=turn_id, response_id=response_id)
             self.interaction(truncated, turn_id=turn_id, response_id=response_id)
@@ -469,27 +380,13 @@ class Call:
         policy never re-decides a delivery while it still believes the call is there.
         """
         self.out.close()
-        recorded = asyncio.Event()
-
-        async def disconnected() -> None:
-            try:
-                await self.ports.record(
-                    self.session_id,
-                    ChannelDisconnected(
-                        channel="voice", connection_id=self.connection_id, reason=reason
-                    ),
-                )
-            finally:
-                recorded.set()
-
-        self._recorder.put(disconnected)
-        await recorded.wait()
-        for timer in (self._verdict, self._dtmf_timer):
-            if timer is not None:
-                timer.cancel()
+        gone = ChannelDisconnected(channel="voice", connection_id=self.connection_id, reason=reason)
+        await self._recorder.write(lambda: self.ports.record(self.session_id, gone))
+        self._cut.cancel_verdict()
+        self._keypad.cancel()
         for item in self.ledger.clear(self.now_ms(), reason):
             self.out.settle(item)
-        self._settle_suspended(reason)
+        self._cut.settle(reason)
         self.out.stop_all()
         if self._turn_task is not None and not self._turn_task.done():
             self._cancelled_turns.add(self._turn_task)

@@ -14,7 +14,6 @@ phone that plays in real time; it drives the playout model and is no event's tim
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
@@ -22,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 from fastapi import WebSocket, WebSocketDisconnect
 
 from libs.events import PlaybackStarted
@@ -31,6 +29,7 @@ from . import playback as pb
 from .codec import ulaw_ms
 from .engines.base import TextToSpeech
 from .playback import PlaybackLedger, Settled
+from .twilio_frames import clear_frame, mark_frame, media_frame
 
 log = logging.getLogger(__name__)
 
@@ -113,17 +112,17 @@ class Playout:
             if pending.task is not None and not pending.task.done():
                 pending.task.cancel()
 
-    async def send(self, message: dict[str, Any]) -> None:
-        """One message to the phone (dropped once the call ended or the socket went)."""
+    async def send(self, frame: str) -> None:
+        """One encoded frame to the phone (dropped once the call ended or the socket went)."""
         if self.closed:
             return
         async with self._send_lock:
             with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                await self.ws.send_text(msgspec.json.encode(message).decode())
+                await self.ws.send_text(frame)
 
     async def clear(self) -> None:
         """Flush what the phone has queued (`clear`)."""
-        await self.send({"event": "clear", "streamSid": self.stream_sid})
+        await self.send(clear_frame(self.stream_sid))
         self.clears += 1
 
     def stop_stream(self, playback_id: str) -> None:
@@ -207,22 +206,14 @@ class Playout:
         try:
             while (piece := await pieces.get()) is not None:
                 await self._pace()
-                await self.send(
-                    {
-                        "event": "media",
-                        "streamSid": self.stream_sid,
-                        "media": {"payload": base64.b64encode(piece).decode()},
-                    }
-                )
+                await self.send(media_frame(self.stream_sid, piece))
                 self.ledger.add_audio(playback_id, ulaw_ms(piece), self.now_ms())
             # A failed synthesis raises here: no mark for audio that never finished.
             await producer
         finally:
             if not producer.done():
                 producer.cancel()
-        await self.send(
-            {"event": "mark", "streamSid": self.stream_sid, "mark": {"name": playback_id}}
-        )
+        await self.send(mark_frame(self.stream_sid, playback_id))
         self.ledger.sent(playback_id)
 
     async def _synthesize(

@@ -22,6 +22,19 @@ class Recorder:
         """Queue a write."""
         self._queue.put_nowait(make)
 
+    async def write(self, make: Callable[[], Awaitable[Any]]) -> None:
+        """Queue a write and wait until it ran (stored or failed), still in order."""
+        ran = asyncio.Event()
+
+        async def run() -> None:
+            try:
+                await make()
+            finally:
+                ran.set()
+
+        self.put(run)
+        await ran.wait()
+
     async def _loop(self) -> None:
         while (make := await self._queue.get()) is not None:
             try:

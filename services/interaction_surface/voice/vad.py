@@ -26,8 +26,8 @@ a frame quieter than `min_rms` is never voiced (webrtcvad's smoothing would othe
 stretch a 20 ms click past the minimum, measured in bench/voice.py). Aggressive settings
 answer sooner but fire on noise; conservative ones add delay: product policy, so config.
 
-Over 400 lines because the detector's parts (webrtcvad gate, Silero stream, spectrum,
-caller level, the state machine) are one decision and are tuned together on one bench.
+The detector's parts are tuned together on one bench: the Silero stream is `silero`, the
+onset spectrum and the caller's level are `speech_cues`; this is the state machine.
 """
 
 from __future__ import annotations
@@ -35,21 +35,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib import metadata
-from pathlib import Path
 from typing import Any, Literal, Protocol
 
-import numpy as np
 import webrtcvad
 
 from .codec import FRAME_MS, PCM_FRAME_BYTES, RATE, rms
+from .silero import WINDOW_MS, SileroStream
+from .speech_cues import CallerLevel, level_db, power_spectrum, sibilant_onset
 
 Classifier = Callable[[bytes], bool]
 DETECTORS = ("silero", "webrtc")
-# Silero at 8 kHz: 256-sample windows (32 ms), each preceded by the previous 32 samples.
-_WINDOW = 256
-_CONTEXT = 32
-WINDOW_MS = _WINDOW * 1000 // RATE
 # A suspected run survives unvoiced frames up to this long (speech has short stops).
 _RUN_GAP_MS = 60
 
@@ -131,166 +126,6 @@ class SpeechModel(Protocol):
     def feed(self, pcm16: bytes) -> list[float]:
         """The speech probabilities of the windows this audio completed."""
         ...
-
-
-class SileroUnavailable(Exception):
-    """The Silero model file or onnxruntime is missing."""
-
-
-def silero_model_path(explicit: str = "") -> Path:
-    """`explicit` (`VadConfig.model_path`), else the ONNX file the installed silero-vad
-    wheel ships.
-
-    Found through the distribution's metadata, so the package (which imports torch) is
-    never imported, and nothing is downloaded.
-    """
-    if explicit:
-        path = Path(explicit)
-    else:
-        try:
-            dist = metadata.distribution("silero-vad")
-        except metadata.PackageNotFoundError:
-            raise SileroUnavailable(
-                "silero-vad is not installed (scripts/ensure-venv.sh installs it)"
-            ) from None
-        path = Path(str(dist.locate_file("silero_vad/data/silero_vad.onnx")))
-    if not path.is_file():
-        raise SileroUnavailable(f"no Silero model at {path}")
-    return path
-
-
-_loaded: list[Any] = []
-
-
-def _session(model_path: str = "") -> Any:
-    """One inference session per process: the model's recurrent state is an input, so
-    every call keeps its own state and shares the session. The first load's file wins."""
-    if not _loaded:
-        _loaded.append(_open_session(model_path))
-    return _loaded[0]
-
-
-def _open_session(model_path: str) -> Any:
-    try:
-        import onnxruntime  # noqa: PLC0415 - only the silero detector needs it
-    except ImportError as exc:
-        raise SileroUnavailable("onnxruntime is not installed") from exc
-    options = onnxruntime.SessionOptions()
-    # Two cores serve every call of the process: one thread each, no spinning.
-    options.intra_op_num_threads = 1
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return onnxruntime.InferenceSession(
-        str(silero_model_path(model_path)), sess_options=options, providers=["CPUExecutionProvider"]
-    )
-
-
-def load_silero(model_path: str = "") -> None:
-    """Load the model now (start-up), so a missing file fails the start, not a call."""
-    _session(model_path)
-
-
-class SileroStream:
-    """Silero VAD over one call's audio: PCM16 8 kHz in, a speech probability per 32 ms."""
-
-    def __init__(self) -> None:
-        self._session = _session()
-        self._state = np.zeros((2, 1, 128), dtype=np.float32)
-        self._context = np.zeros(_CONTEXT, dtype=np.float32)
-        self._pending = np.zeros(0, dtype=np.float32)
-        self._sr = np.array(RATE, dtype=np.int64)
-
-    def feed(self, pcm16: bytes) -> list[float]:
-        """The probabilities of every window this audio completed (often none or one)."""
-        samples = np.frombuffer(pcm16, dtype="<i2").astype(np.float32) / 32768.0
-        self._pending = np.concatenate((self._pending, samples))
-        out: list[float] = []
-        while len(self._pending) >= _WINDOW:
-            window, self._pending = self._pending[:_WINDOW], self._pending[_WINDOW:]
-            x = np.concatenate((self._context, window))[np.newaxis, :]
-            prob, self._state = self._session.run(
-                None, {"input": x, "state": self._state, "sr": self._sr}
-            )
-            self._context = window[-_CONTEXT:]
-            out.append(float(prob[0][0]))
-        return out
-
-
-_HANN = np.hanning(PCM_FRAME_BYTES // 2)
-_FREQS = np.fft.rfftfreq(PCM_FRAME_BYTES // 2, 1 / RATE)
-# Below 100 Hz is hum and DC, not the sound's shape.
-_BAND = _FREQS >= 100
-_HIGH = _FREQS[_BAND] >= 2000
-
-
-def power_spectrum(pcm16: bytes) -> Any:
-    """A 20 ms frame's power spectrum (Hann window), summed over a run's onset."""
-    x = np.frombuffer(pcm16, dtype="<i2").astype(np.float64)
-    return np.abs(np.fft.rfft((x - x.mean()) * _HANN)) ** 2
-
-
-def sibilant_onset(spectrum: Any, high: float, flatness: float) -> bool:
-    """Whether an onset's summed spectrum is a sibilant's ("s", "sh"): most energy at or
-    above 2 kHz, and peaked rather than flat. Measured (bench/voice.py stimuli, every
-    three-frame run of 40 seeds): white hiss reaches 0.67 high with flatness >= 0.78;
-    cough, breath and knock stay below 0.34 high; an espeak "s" is 0.74 high, 0.65 flat."""
-    if high <= 0:
-        return False
-    band = np.asarray(spectrum, dtype=np.float64)[_BAND] + 1e-9
-    total = float(band.sum())
-    share = float(band[_HIGH].sum()) / total
-    flat = float(np.exp(np.mean(np.log(band)))) / (total / len(band))
-    return share >= high and flat <= flatness
-
-
-def level_db(pcm16: bytes) -> float:
-    """A frame's level in dB of PCM16 RMS (-inf for digital silence)."""
-    value = rms(pcm16)
-    return 20 * math.log10(value) if value > 0 else -math.inf
-
-
-# Frames of the caller's confirmed speech kept for their level (about 20 s of speech).
-_LEVEL_FRAMES = 1000
-# The median of a run is compared only over this much of it (shorter is too noisy).
-_LEVEL_RUN_MS = 200
-# A run whose loudest frame is within `level_db - _PEAK_SLACK_DB` of the caller's usual
-# peak (their 80th percentile) is the caller at once; otherwise, once it is long enough,
-# its own 80th percentile decides (the median would be biased by the loudness gate, which
-# drops the quiet frames of soft talk but not of the caller).
-_PEAK_SLACK_DB = 4.0
-
-
-class CallerLevel:
-    """The caller's own speech level, from the frames of their confirmed turns (dB)."""
-
-    def __init__(self) -> None:
-        self._frames: list[float] = []
-
-    @property
-    def known(self) -> bool:
-        """At least one turn of the caller's was measured."""
-        return bool(self._frames)
-
-    def add_turn(self, levels: list[float]) -> None:
-        """A confirmed turn ended: its voiced frames join the reference."""
-        self._frames = (self._frames + [v for v in levels if math.isfinite(v)])[-_LEVEL_FRAMES:]
-
-    def percentile(self, q: float) -> float:
-        """The level below which `q` of the caller's frames are."""
-        return _percentile(self._frames, q)
-
-    def verdict(self, run: list[float], run_ms: int, margin_db: float) -> bool | None:
-        """Is a voiced run the caller? True/False, or None while it is too short to tell."""
-        if not self._frames or margin_db <= 0:
-            return True
-        finite = [v for v in run if math.isfinite(v)]
-        if not finite:
-            return None
-        if max(finite) >= self.percentile(0.8) - (margin_db - _PEAK_SLACK_DB):
-            return True
-        if run_ms < _LEVEL_RUN_MS:
-            return None
-        return _percentile(finite, 0.8) >= self.percentile(0.8) - margin_db
 
 
 class VoiceActivity:
@@ -434,9 +269,3 @@ class VoiceActivity:
         self._reset_run()
         return VadEvent("stopped", now_ms, first)
 
-
-def _percentile(values: list[float], q: float) -> float:
-    if not values:
-        return -math.inf
-    ordered = sorted(values)
-    return ordered[int(q * (len(ordered) - 1))]

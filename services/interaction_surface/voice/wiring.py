@@ -11,6 +11,7 @@ from fastapi import FastAPI
 from nats.js.api import KeyValueConfig, StorageType
 from nats.js.kv import KeyValue
 
+from libs.bus import Repository
 from libs.domain import SessionState
 from libs.domain.operation import OpStatus
 from libs.events import InteractionEvent
@@ -19,23 +20,20 @@ from ..api import Surface
 from ..chat.deliveries import DeliveryExecutor
 from ..chat.turns import TurnInput
 from .call import CallRegistry, Review, SpeechPorts
+from .control_log import ControlLog, control_aggregate
 from .engines.base import SpeechError, SpeechToText, TextToSpeech, synthesize
-from .engines.deepgram import DeepgramStt, DeepgramTts
+from .engines.deepgram import DeepgramTts
+from .engines.deepgram_stt import DeepgramStt
 from .engines.espeak import EspeakTts
 from .engines.pocketsphinx import PocketsphinxStt
 from .engines.registry import register_stt, register_tts, stt_named, tts_named
 from .ownership import CallOwnership
 from .playback import Settled
 from .settings import VoiceSettings
+from .silero import load_silero
+from .telephony import Telephony, VoiceStarted
 from .trust import CLAIM_MARGIN_S
-from .twilio import (
-    Telephony,
-    VoiceStarted,
-    add_telephony_routes,
-    append_control,
-    opened_session_event,
-)
-from .vad import load_silero
+from .twilio import add_telephony_routes, opened_session_event
 
 log = logging.getLogger(__name__)
 
@@ -174,11 +172,12 @@ async def start_voice(
     async def record(session_id: str, event: InteractionEvent, **ids: Any) -> None:
         await surface.append_interaction(session_id, event, expect=False, **ids)
 
-    async def control(session_id: str, event: Any, **ids: Any) -> None:
-        await append_control(
-            rt.jetstream, rt.topology, session_id, event,
-            clock=surface.clock, ids=surface.ids, timings=rt.timings, **ids,
-        )
+    control = ControlLog(
+        Repository(
+            rt.store, control_aggregate(rt.topology), clock=surface.clock, ids=surface.ids
+        ),
+        rt.topology, clock=surface.clock, ids=surface.ids,
+    )
 
     async def turn(
         session: SessionState,
@@ -222,7 +221,7 @@ async def start_voice(
         stt=await _stt(tts, settings.stt),
         vad=vad,
         record=record,
-        append_control=control,
+        append_control=control.append,
         turn=turn,
         settle_attached=settle_attached,
         delivery_texts=delivery_texts,

@@ -1,0 +1,224 @@
+"""`WS /v1/telephony/twilio` after the handshake: the stream loop and the `start` that opens a call.
+
+Frames are decoded at the boundary (`twilio_frames.decode_frame`) and matched on their type.
+The loop is tolerant: a bad frame (garbage JSON, invalid base64, media before `start`) is
+counted with its reason and dropped, never fatal. `start.customParameters`
+`{session_id, token}` continues a session; `{user_id, tenant_id}` opens one; trust (call
+tickets, the local-only rule without an auth token) is applied before anything is stored.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+from fastapi import WebSocket, WebSocketDisconnect
+from nats.js.errors import KeyWrongLastSequenceError
+
+from libs.domain import SessionState
+from libs.events import ChannelConnected
+
+from .call import CALLS, FRAMES_REJECTED, Call
+from .telephony import ID_PATTERN, Telephony
+from .trust import TICKET, TicketRefused, check_ticket, text_params
+from .twilio_frames import (
+    FrameError,
+    TwilioConnected,
+    TwilioDtmf,
+    TwilioMark,
+    TwilioMedia,
+    TwilioStart,
+    TwilioStop,
+    decode_frame,
+)
+
+log = logging.getLogger(__name__)
+
+# The largest text frame read from a phone stream; a bigger one closes the stream (1009).
+MAX_FRAME_CHARS = 64 * 1024
+
+
+class StreamRefused(Exception):
+    """A `start` that opens nothing: closed with `code`, counted under `reason`."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+@dataclass
+class _Stream:
+    """One WebSocket's progress: the call once `start` arrived, and how it ended."""
+
+    telephony: Telephony
+    websocket: WebSocket
+    # A loopback peer with no proxy in between (may open sessions without an auth token).
+    local: bool = False
+    call: Call | None = None
+    early: dict[str, int] = field(default_factory=dict)
+    refused: int = 4404
+
+    def reject(self, reason: str) -> None:
+        if self.call is not None:
+            self.call.reject(reason)
+            return
+        self.early[reason] = self.early.get(reason, 0) + 1
+        FRAMES_REJECTED.labels(reason=reason).inc()
+        log.warning("telephony: frame dropped before start (%s)", reason)
+
+    def refuse(self, exc: StreamRefused) -> str:
+        FRAMES_REJECTED.labels(reason=exc.reason).inc()
+        log.warning("telephony: start refused (%s), closing %d", exc.reason, exc.code)
+        self.refused = exc.code
+        return "refused"
+
+    async def handle(self, raw: str) -> str | None:
+        """One text frame; returns why the stream ends, or None to keep reading."""
+        try:
+            frame = decode_frame(raw)
+        except FrameError as exc:
+            if exc.reason == "bad_parameters" and self.call is None:
+                # Parameters no TwiML of ours could carry: the start opens nothing.
+                return self.refuse(StreamRefused(4403, exc.reason))
+            raise
+        call = self.call
+        match frame:
+            case TwilioStart() if call is None:
+                try:
+                    self.call = await _start(
+                        self.telephony, self.websocket, frame, local=self.local
+                    )
+                except StreamRefused as exc:
+                    return self.refuse(exc)
+            case TwilioStop():
+                return "stop"
+            case TwilioMedia(media=media):
+                if call is None:
+                    raise FrameError("media_before_start")
+                await call.on_media(media.payload)
+            case TwilioMark(mark=mark):
+                if call is not None:
+                    call.on_mark(mark.name)
+            case TwilioDtmf(dtmf=dtmf):
+                if call is not None:
+                    call.on_dtmf(dtmf.digit)
+            case TwilioConnected() | TwilioStart():
+                pass
+        return None
+
+
+async def run_stream(telephony: Telephony, websocket: WebSocket, *, local: bool) -> None:
+    """Read an accepted stream until it stops, is refused or goes; the call ends with it."""
+    state = _Stream(telephony, websocket, local=local)
+    reason = "disconnected"
+    try:
+        while True:
+            message = await websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                break
+            raw = message.get("text")
+            if raw is None:
+                state.reject("binary_frame")
+                continue
+            if len(raw) > MAX_FRAME_CHARS:
+                # Twilio's messages are well under a kilobyte; parsing a huge one (or its
+                # audio) would stall every call of this process.
+                state.reject("frame_too_large")
+                reason = "frame_too_large"
+                await websocket.close(code=1009, reason="frame too large")
+                break
+            try:
+                ended = await state.handle(raw)
+            except FrameError as exc:
+                state.reject(exc.reason)
+                continue
+            if ended is not None:
+                reason = ended
+                break
+        if reason == "refused":
+            await websocket.close(code=state.refused)
+        elif reason == "stop":
+            # The phone is done: close the stream with a close frame rather than drop it.
+            await websocket.close(code=1000)
+    except WebSocketDisconnect:
+        # The peer went. A reason the stream gave first stands: a phone that sent `stop` and
+        # closed at once may be gone before our close frame, and it still hung up.
+        pass
+    finally:
+        call = state.call
+        if call is not None:
+            for key, count in state.early.items():
+                call.rejected[key] = call.rejected.get(key, 0) + count
+            telephony.registry.detach(call)
+            await call.hang_up(reason)
+            await telephony.ownership.release(call.connection_id)
+
+
+async def _claim_ticket(telephony: Telephony, nonce: str) -> None:
+    """Use the ticket up, on every surface at once; StreamRefused when it was used before."""
+    if telephony.started is None:
+        raise StreamRefused(4403, "ticket_unverifiable")
+    try:
+        await telephony.started.tickets.create(f"t.{nonce}", b"used")
+    except KeyWrongLastSequenceError:
+        raise StreamRefused(4403, "ticket_replayed") from None
+    except Exception as exc:  # noqa: BLE001 - a claim that cannot be made refuses the call
+        log.warning("telephony: ticket claim failed: %r", exc)
+        raise StreamRefused(4403, "ticket_unverifiable") from None
+
+
+async def _start(
+    telephony: Telephony, websocket: WebSocket, frame: TwilioStart, *, local: bool
+) -> Call:
+    """The call a `start` opens, or StreamRefused (before anything is stored)."""
+    started = telephony.started
+    if started is None:
+        raise FrameError("bad_start")
+    start = frame.start
+    params = text_params(start.custom_parameters)
+    if params is None:
+        raise StreamRefused(4403, "bad_parameters")
+    raw_call_sid = start.call_sid
+    stream_sid = start.stream_sid or frame.stream_sid or telephony.ids.new("MZ")
+    call_sid = re.sub(r"[^A-Za-z0-9_-]", "", raw_call_sid)[:64] or telephony.ids.new("CA")
+    trust = telephony.trust
+    nonce: str | None = None
+    if trust.signed and params.get(TICKET):
+        # Present: it must be ours, for this call and exactly these parameters.
+        try:
+            nonce = check_ticket(
+                trust.ticket_key, params[TICKET], raw_call_sid, params,
+                now=telephony.clock.now().timestamp(),
+            )
+        except TicketRefused as exc:
+            raise StreamRefused(4403, exc.reason) from None
+    session: SessionState | None = None
+    if params.get("session_id"):
+        try:
+            session = await telephony.find_session(params["session_id"], params.get("token"))
+        except Exception:  # noqa: BLE001 - any lookup failure refuses the call the same way
+            session = None
+        if session is None or session.closed:
+            raise StreamRefused(4404, "unknown_session")
+    elif trust.signed and nonce is None:
+        raise StreamRefused(4403, "ticket_missing")
+    elif not trust.signed and not local:
+        raise StreamRefused(4403, "not_local")
+    if nonce is not None:
+        await _claim_ticket(telephony, nonce)
+    if session is None:
+        user = params.get("user_id", "")
+        tenant = params.get("tenant_id") or telephony.default_tenant
+        if not ID_PATTERN.match(user) or not ID_PATTERN.match(tenant):
+            raise StreamRefused(4404, "bad_caller")
+        session = await telephony.open_session(user, tenant)
+    call = Call(websocket, session, stream_sid, call_sid, started.ports)
+    await telephony.ownership.claim(call.connection_id)
+    telephony.registry.attach(call)
+    if telephony.on_attach is not None:
+        telephony.on_attach(call)
+    call.interaction(ChannelConnected(channel="voice", connection_id=call.connection_id))
+    CALLS.labels(outcome="started").inc()
+    return call
