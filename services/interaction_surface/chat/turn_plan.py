@@ -19,7 +19,8 @@ from typing import Any, Literal
 
 from libs.admission import ELSEWHERE, AdmissionOutcome, ToolCall
 from libs.domain import DeliveryState, OperationState, SessionState
-from libs.domain.channel import OperationFacts, Verdict, stale_after_turn
+from libs.domain.channel import OperationFacts
+from libs.domain.relevance import Verdict, stale_after_turn
 from libs.events import Envelope, RepliedOperation, TurnReplied
 from libs.events.interaction import Channel
 from libs.models.interface import AdmissionNote, PendingUpdate, ToolSpec, TurnReply, TurnRequest

@@ -43,8 +43,8 @@ from libs.bus import ConcurrencyConflict, Context, append
 from libs.clock import Clock, Ids
 from libs.crash import pause_point
 from libs.domain import SessionState
-from libs.domain.channel import Verdict, refusal_events
 from libs.domain.delivery import OPEN, DeliveryStatus
+from libs.domain.relevance import Verdict, refusal_events
 from libs.events import (
     DELIVERIES,
     INTERACTION,
