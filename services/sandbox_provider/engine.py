@@ -39,7 +39,7 @@ from .records import (
     Kind,
     Record,
     Scope,
-    compensate,
+    compensate_record,
     iso_at,
     new_record,
     new_record_id,
@@ -208,7 +208,7 @@ class Engine:
             current = self._store.get_record(record_id)
             if current is None:  # records are never deleted; kept for type narrowing
                 raise RuntimeError(f"record {record_id} vanished")
-            result = compensate(current, iso_at(self._clock()))
+            result = compensate_record(current, iso_at(self._clock()))
             if result.changed:
                 self._store.update_record(result.record)
             queued = False

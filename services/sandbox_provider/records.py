@@ -145,7 +145,7 @@ class Compensation:
     was_pending: bool  # the effect never happened: the async completion reports this
 
 
-def compensate(record: Record, now_iso: str) -> Compensation:
+def compensate_record(record: Record, now_iso: str) -> Compensation:
     """Revoke/cancel; compensating twice is a no-op, not an error."""
     target = COMPENSATED_STATUS[record.kind]
     if record.status == target:
