@@ -13,7 +13,7 @@ from typing import Any
 
 from . import understanding as u
 from .interface import TurnRequest
-from .mock_phrases import AVAILABILITY, BOOKING
+from .mock_phrases import AVAILABILITY_RE, BOOKING_RE
 from .understanding_dates import calendar_date, clock_time
 from .understanding_names import venue
 
@@ -44,7 +44,7 @@ def _context(request: TurnRequest, today: date | None) -> dict[str, Any]:
         if message.role != "user":
             continue
         folded = u.fold(message.text)
-        if not (BOOKING.search(folded) or AVAILABILITY.search(folded)):
+        if not (BOOKING_RE.search(folded) or AVAILABILITY_RE.search(folded)):
             continue
         found: dict[str, Any] = {}
         if place := venue(message.text):
@@ -115,7 +115,7 @@ def _base_booking(request: TurnRequest, today: date | None) -> dict[str, Any] | 
         if op.tool == "book_table" and op.status not in {"rejected", "cancelled"}:
             return dict(op.arguments)
     for message in reversed(request.history):
-        if message.role == "user" and BOOKING.search(u.fold(message.text)):
+        if message.role == "user" and BOOKING_RE.search(u.fold(message.text)):
             time = clock_time(message.text)
             reading = calendar_date(message.text, today)
             day = reading.day if reading else today.isoformat() if today else None
@@ -138,7 +138,7 @@ def change(request: TurnRequest, today: date | None, clause: str) -> Proposal | 
         return None
     base = _base_booking(request, today)
     if base is None:
-        if BOOKING.search(u.fold(clause)):
+        if BOOKING_RE.search(u.fold(clause)):
             return None  # a new booking phrased as a change: book it
         return Ask("Which booking should I change?", "¿Qué reserva cambio?")
     changed = dict(base)

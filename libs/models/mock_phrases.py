@@ -14,20 +14,20 @@ def _rx(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
-CANCEL = _rx(
+CANCEL_RE = _rx(
     r"\b(?:cancel|abort|stop|call off|never ?mind|(?:don'?t|do not) (?:do|make|send|book|"
     r"transfer|grant|give|pay)|cancela|cancelala|cancelalo|cancelalas|cancelalos|cancelar|"
     r"anula|anulala|anulalo|anular|deten|detenla|detenlo|no (?:la |lo |me |le |les )?"
     r"(?:hagas|envies|mandes|reserves|transfieras|des|pagues))\b"
 )
-UNDO = _rx(
+UNDO_RE = _rx(
     r"\b(?:undo|revert|roll ?back|revoke|remove (?:my |the )?access|take away|deshaz|deshazlo|"
     r"deshazla|deshacer|revierte|revertir|revoca|revocame|revocar|quita|quitame|quitar|"
     r"retira|retirame)\b"
 )
-WEAK_CANCEL = _rx(r"\b(?:forget(?: about)?|i don'?t want|no quiero|ya no quiero|olvida\w*)\b")
-ALL = _rx(r"\b(?:everything|all of (?:it|them)|all|todo|todas|todos)\b")
-STATUS = _rx(
+WEAK_CANCEL_RE = _rx(r"\b(?:forget(?: about)?|i don'?t want|no quiero|ya no quiero|olvida\w*)\b")
+ALL_RE = _rx(r"\b(?:everything|all of (?:it|them)|all|todo|todas|todos)\b")
+STATUS_RE = _rx(
     r"\b(?:how(?:'?s| is| are)? (?:it|things|everything|that|my \w+|the \w+)? ?going|"
     r"how are we doing|status|progress|any (?:news|updates?)|what'?s happening|"
     r"what(?:'?s| is) going on|is it (?:done|ready|finished)|are (?:they|we|you) "
@@ -38,28 +38,28 @@ STATUS = _rx(
     r"(?:was|is|has|have|were|are) (?:it|that|they|the \w+|my \w+) (?:been )?"
     r"(?:cancell?ed|confirmed|booked|granted|done|sent|finished))\b"
 )
-WAIT = _rx(
+WAIT_RE = _rx(
     r"^(?:wait|hold on|hang on|one (?:sec|second|moment)|just a (?:sec|second|moment)|"
     r"espera\w*|un momento|un segundo|momento)\b"
 )
 # Whole first phrases, words joined by "_" (see first_phrase).
-YES = u.word_set(
+YES_PHRASES = u.word_set(
     "yes yeah yep yup sure ok okay confirm confirmed i_confirm go_ahead do_it yes_do_it "
     "yes_go_ahead correct si vale claro confirmo confirmado confirmada adelante hazlo hazla "
     "de_acuerdo si_adelante si_hazlo si_confirmo correcto"
 )
-YES_LEAD = _rx(r"^(?:confirm|confirmo|confirma|confirmala|confirmalo|approve|apruebo)\b")
-NO = u.word_set(
+YES_LEAD_RE = _rx(r"^(?:confirm|confirmo|confirma|confirmala|confirmalo|approve|apruebo)\b")
+NO_PHRASES = u.word_set(
     "no nope nah no_thanks no_thank_you no_gracias mejor_no not_now ahora_no don't dont"
 )
-GREETING = _rx(r"^(?:hi|hello|hey|good (?:morning|afternoon|evening)|hola|buenas|buenos dias)\b")
-THANKS = _rx(r"\b(?:thanks|thank you|gracias)\b")
-TRANSFER_VERB = _rx(
+GREETING_RE = _rx(r"^(?:hi|hello|hey|good (?:morning|afternoon|evening)|hola|buenas|buenos dias)\b")
+THANKS_RE = _rx(r"\b(?:thanks|thank you|gracias)\b")
+TRANSFER_VERB_RE = _rx(
     r"\b(?:send|transfer|pay|wire|move|transfiere\w*|transferir|envia\w*|manda\w*|paga\w*|"
     r"transferencia|haz una transferencia)\b"
 )
-TRANSFER_NOUN = _rx(r"\b(?:transfer|transfiere\w*|transferir|transferencia)\b")
-ACCESS_INTRO = (
+TRANSFER_NOUN_RE = _rx(r"\b(?:transfer|transfiere\w*|transferir|transferencia)\b")
+ACCESS_INTROS = (
     _rx(r"\b(?:access|accesses)\s+(?:to|for|on)\b\s*"),
     _rx(r"\b(?:grant|provision)\s+(?:me\s+|us\s+)?(?:access\s+(?:to\s+)?)?"),
     _rx(r"\badd me to\s+"),
@@ -67,13 +67,13 @@ ACCESS_INTRO = (
     _rx(r"\bpermisos?\s+(?:de|para|en|a)\b\s*"),
     _rx(r"\bdame de alta en\s+"),
 )
-ACCESS_BEFORE = _rx(r"\b(?:give me|i need|i want|get me)\s+(.+?)\s+access\b")
-AVAILABILITY = _rx(
+ACCESS_BEFORE_RE = _rx(r"\b(?:give me|i need|i want|get me)\s+(.+?)\s+access\b")
+AVAILABILITY_RE = _rx(
     r"\b(?:free|available|availability|any tables?|have (?:a )?(?:table|room)|libre|"
     r"disponible|disponibilidad|hay (?:mesa|sitio)|tiene(?: \w+){0,3} (?:mesa|sitio)|hueco)\b"
 )
-BOOKING = _rx(r"\b(?:book|reserve|reservation|table for|reserva\w*|mesa para)\b")
-CHANGE = _rx(
+BOOKING_RE = _rx(r"\b(?:book|reserve|reservation|table for|reserva\w*|mesa para)\b")
+CHANGE_RE = _rx(
     r"\b(?:make it|change (?:it|the booking|the reservation|that)|move (?:it|the booking|the "
     r"reservation)|instead|actually|better at|rather|reschedule|switch (?:it )?to|mejor|cambia\w*|"
     r"mueve\w*|en vez de|en lugar de|pasala|pasalo)\b"
@@ -111,7 +111,7 @@ def names_of(op: LiveOperation) -> set[str]:
 
 
 def first_phrase(folded: str) -> str:
-    """`Yes, please, the transfer` → `yes` (words joined by `_`, as in YES and NO)."""
+    """`Yes, please, the transfer` → `yes` (words joined by `_`, as in YES_PHRASES)."""
     head = re.split(r"[,.;!?]", folded.strip(" ¿¡"), maxsplit=1)[0]
     head = re.sub(r"\b(?:please|por favor)\b", " ", head)
     return "_".join(head.split())

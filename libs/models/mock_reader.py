@@ -13,30 +13,30 @@ from . import understanding as u
 from .interface import LiveOperation, ProposedCall, TurnReply, TurnRequest, call_id
 from .mock_bookings import Ask, Proposal
 from .mock_phrases import (
-    ACCESS_BEFORE,
-    ACCESS_INTRO,
-    ALL,
-    AVAILABILITY,
-    BOOKING,
-    CANCEL,
-    CHANGE,
-    GREETING,
-    NO,
-    STATUS,
-    THANKS,
-    TRANSFER_NOUN,
-    TRANSFER_VERB,
-    UNDO,
-    WAIT,
-    WEAK_CANCEL,
-    YES,
-    YES_LEAD,
+    ACCESS_BEFORE_RE,
+    ACCESS_INTROS,
+    ALL_RE,
+    AVAILABILITY_RE,
+    BOOKING_RE,
+    CANCEL_RE,
+    CHANGE_RE,
+    GREETING_RE,
+    NO_PHRASES,
+    STATUS_RE,
+    THANKS_RE,
+    TRANSFER_NOUN_RE,
+    TRANSFER_VERB_RE,
+    UNDO_RE,
+    WAIT_RE,
+    WEAK_CANCEL_RE,
+    YES_LEAD_RE,
+    YES_PHRASES,
     first_phrase,
     names_of,
     tool_words,
 )
 from .phrasing import (
-    TERMINAL,
+    TERMINAL_STATUSES,
     Lang,
     join_items,
     join_text,
@@ -125,7 +125,7 @@ class TurnReader:
             return _Targets(both or named, "named")
         if by_tool:
             return _Targets(by_tool, "tool")
-        if ALL.search(u.fold(clause)):
+        if ALL_RE.search(u.fold(clause)):
             return _Targets(list(pool), "all")
         if len(pool) == 1:
             return _Targets(list(pool), "only")
@@ -133,14 +133,14 @@ class TurnReader:
 
     # -- explicit cancellation and undo -----------------------------------------------------
     def stop(self, clause: str, folded: str) -> bool:
-        undo = bool(UNDO.search(folded))
-        strong = undo or bool(CANCEL.search(folded))
-        if not strong and not WEAK_CANCEL.search(folded):
+        undo = bool(UNDO_RE.search(folded))
+        strong = undo or bool(CANCEL_RE.search(folded))
+        if not strong and not WEAK_CANCEL_RE.search(folded):
             return False
         ops = [
             op
             for op in self.request.live_operations
-            if op.status not in TERMINAL or op.status == "committed"
+            if op.status not in TERMINAL_STATUSES or op.status == "committed"
         ]
         found = self.targets(clause, ops)
         if not strong and found.how not in {"named", "tool"}:
@@ -148,7 +148,7 @@ class TurnReader:
         if found.how == "only" and not undo and ops[0].status == "committed":
             # "cancel it" about the single finished operation: undo is what the user means.
             undo = True
-        active = [op for op in found.operations if op.status not in TERMINAL]
+        active = [op for op in found.operations if op.status not in TERMINAL_STATUSES]
         done = [op for op in found.operations if op.status == "committed"]
         if found.how == "none":
             self.ask_which(ops, undo=undo)
@@ -193,7 +193,7 @@ class TurnReader:
 
     # -- questions about progress -----------------------------------------------------------
     def status(self, clause: str, folded: str) -> bool:
-        if not STATUS.search(folded):
+        if not STATUS_RE.search(folded):
             return False
         ops = list(self.request.live_operations)
         found = self.targets(clause, ops)
@@ -215,7 +215,7 @@ class TurnReader:
         return True
 
     def yes(self, clause: str, folded: str) -> bool:
-        if first_phrase(folded) not in YES and not YES_LEAD.search(folded):
+        if first_phrase(folded) not in YES_PHRASES and not YES_LEAD_RE.search(folded):
             return False
         if self.answer(clause, yes=True):
             return True
@@ -223,14 +223,14 @@ class TurnReader:
         return False
 
     def no(self, clause: str, folded: str) -> bool:
-        if first_phrase(folded) not in NO:
+        if first_phrase(folded) not in NO_PHRASES:
             return False
         if not self.answer(clause, yes=False):
             self.say("All right.", "De acuerdo.")
         return True
 
     def wait(self, folded: str) -> bool:
-        if not WAIT.search(folded):
+        if not WAIT_RE.search(folded):
             return False
         self.say(
             "Sure, take your time. Nothing is cancelled: what has started keeps going.",
@@ -244,14 +244,14 @@ class TurnReader:
                 "There is nothing waiting for your confirmation right now.",
                 "Ahora mismo no hay nada pendiente de tu confirmación.",
             )
-        elif GREETING.search(folded):
+        elif GREETING_RE.search(folded):
             self.say(
                 "Hello! I can grant accesses, book or change a table, check availability and "
                 "send transfers.",
                 "¡Hola! Puedo dar accesos, reservar o cambiar una mesa, consultar disponibilidad "
                 "y hacer transferencias.",
             )
-        elif THANKS.search(folded):
+        elif THANKS_RE.search(folded):
             self.say("You're welcome.", "De nada.")
         else:
             self.say(
@@ -284,11 +284,11 @@ class TurnReader:
     def tool_calls(self, clause: str, folded: str) -> bool:
         acted = self.transfer(clause, folded)
         acted = self.accesses(folded) or acted
-        booking = BOOKING.search(folded)
+        booking = BOOKING_RE.search(folded)
         request, today = self.request, self.today
-        if (m := AVAILABILITY.search(folded)) and not booking:
+        if (m := AVAILABILITY_RE.search(folded)) and not booking:
             acted = self.act(bookings.availability(request, today, clause), m.start()) or acted
-        elif (m := CHANGE.search(folded)) and (
+        elif (m := CHANGE_RE.search(folded)) and (
             changed := bookings.change(request, today, clause)
         ) is not None:
             acted = self.act(changed, m.start())
@@ -299,12 +299,12 @@ class TurnReader:
         return acted
 
     def transfer(self, clause: str, folded: str) -> bool:
-        verb = TRANSFER_VERB.search(folded)
+        verb = TRANSFER_VERB_RE.search(folded)
         if verb is None:
             return False
         amount = u.money(clause)
         if amount is None:
-            if not TRANSFER_NOUN.search(folded):
+            if not TRANSFER_NOUN_RE.search(folded):
                 return False
             self.say("How much should I transfer, and to whom?", "¿Cuánto transfiero y a quién?")
             return True
@@ -326,12 +326,12 @@ class TurnReader:
 
     def accesses(self, folded: str) -> bool:
         names: list[str] = []
-        for intro in ACCESS_INTRO:
+        for intro in ACCESS_INTROS:
             if m := intro.search(folded):
                 names = name_list(folded[m.end() :])
                 break
         else:
-            m = ACCESS_BEFORE.search(folded)
+            m = ACCESS_BEFORE_RE.search(folded)
             if m is None:
                 return False
             names = name_list(m.group(1))
