@@ -34,26 +34,12 @@ from libs.events import (
 from libs.tools import ToolRegistry
 
 from . import followups
+from .answers import outcome
 from .claims import IntentClaims
 from .load import LoadView
-from .plan import (
-    ELSEWHERE,
-    Outcome,
-    Plan,
-    ToolCall,
-    TurnAdmission,
-    TurnContext,
-    batch_opened,
-    claim_value,
-    envelope,
-    fresh,
-    outcome,
-    plan_events,
-    plan_ids,
-    plan_turn,
-)
-
-__all__ = ["ELSEWHERE", "Admission", "Outcome", "ToolCall", "TurnAdmission", "TurnContext"]
+from .plan import claim_value, fresh, plan_admission
+from .plan_types import AdmissionOutcome, Plan, ToolCall, TurnAdmission, TurnContext
+from .writes import batch_opened, envelope, plan_events, plan_ids
 
 
 class Admission:
@@ -139,7 +125,7 @@ class Admission:
     async def admit(self, ctx: TurnContext, calls: list[ToolCall]) -> TurnAdmission:
         """Admit a turn's tool calls; returns on acceptance, never waits for execution."""
         now = self._clock.now()
-        turn = plan_turn(
+        turn = plan_admission(
             ctx, calls, registry=self._registry, view=self._view, now=now, new_id=self._new_id
         )
         # Held in the view until the events are written, so a concurrent turn in this
@@ -180,12 +166,14 @@ class Admission:
             outcomes=tuple(self._outcome(p, batch_id, ctx.session_id) for p in plans),
         )
 
-    def _outcome(self, plan: Plan, batch_id: str | None, session_id: str) -> Outcome:
+    def _outcome(self, plan: Plan, batch_id: str | None, session_id: str) -> AdmissionOutcome:
         joined = self._view.get(plan.operation_id) if plan.kind == "existing" else None
         return outcome(plan, batch_id, session_id, joined)
 
     # -- follow-ups: confirmation, cancellation, compensation ------------------------------
-    async def confirm(self, ctx: TurnContext, operation_id: str, *, accept: bool) -> Outcome:
+    async def confirm(
+        self, ctx: TurnContext, operation_id: str, *, accept: bool
+    ) -> AdmissionOutcome:
         """The user's yes or no to an operation awaiting confirmation."""
         subject = self._topology.operation_subject(ctx.session_id, operation_id)
         loaded = await self._load(subject)
@@ -217,7 +205,9 @@ class Admission:
         if followups.needs_compensation(answer):
             await self.compensate(ctx, older)
 
-    async def request_cancel(self, ctx: TurnContext, operation_id: str, *, reason: str) -> Outcome:
+    async def request_cancel(
+        self, ctx: TurnContext, operation_id: str, *, reason: str
+    ) -> AdmissionOutcome:
         """An explicit cancellation request ("don't do the transfer").
 
         The request itself is a control event; its effect on the operation is decided in
@@ -273,9 +263,9 @@ class Admission:
             if isinstance(decision.event, OperationCancelRequested):
                 metrics.CANCELLATIONS_REQUESTED.labels(state.tool).inc()
             return answer
-        return Outcome(operation_id, "", "unknown", None, reason=followups.CANCEL_RACED)
+        return AdmissionOutcome(operation_id, "", "unknown", None, reason=followups.CANCEL_RACED)
 
-    async def compensate(self, ctx: TurnContext, operation_id: str) -> Outcome:
+    async def compensate(self, ctx: TurnContext, operation_id: str) -> AdmissionOutcome:
         """Undo a committed operation with its declared compensating tool, as a new operation."""
         subject = self._topology.operation_subject(ctx.session_id, operation_id)
         loaded = await self._load(subject)
@@ -314,7 +304,7 @@ class Admission:
             timings=self._timings,
         )
         metrics.COMPENSATIONS.labels(state.tool).inc()
-        return Outcome(
+        return AdmissionOutcome(
             plan.operation_id, comp.name, OpStatus.ADMITTED.value, batch_id, plan.intent_key
         )
 

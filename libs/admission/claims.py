@@ -15,7 +15,8 @@ from nats.js.kv import KeyValue
 
 from libs.domain import OperationState
 
-from .plan import Plan, claim_value, on_held_claim, reused_key
+from .plan import claim_value, on_held_claim, reused_key
+from .plan_types import Plan
 
 # How long a claim without events is taken for an admission still writing them (another
 # session of the same user racing this one) before it is adopted as a crashed one.

@@ -21,14 +21,15 @@ from libs.events import (
 from libs.tools import ToolDeclaration
 
 from .intent import intent_key
-from .plan import NewId, Outcome, Plan, TurnContext, admitted
+from .plan_types import AdmissionOutcome, NewId, Plan, TurnContext
+from .writes import admitted
 
 
-def confirm_refusal(operation_id: str, state: OperationState | None) -> Outcome | None:
+def confirm_refusal(operation_id: str, state: OperationState | None) -> AdmissionOutcome | None:
     """The answer when there is nothing to confirm; None when the operation awaits it."""
     if state is not None and state.status is OpStatus.AWAITING_CONFIRMATION:
         return None
-    return Outcome(
+    return AdmissionOutcome(
         operation_id,
         state.tool if state else "",
         state.status.value if state else "unknown",
@@ -71,10 +72,12 @@ def decide_confirm(
     return [OperationConfirmed(), admitted(ctx, plan.declaration, plan.arguments, now)]
 
 
-def confirmed(state: OperationState, plan: Plan, *, accept: bool) -> Outcome:
+def confirmed(state: OperationState, plan: Plan, *, accept: bool) -> AdmissionOutcome:
     """The answer after the user's yes or no was written."""
     final = OpStatus.ADMITTED if accept else OpStatus.REJECTED
-    return Outcome(state.operation_id, state.tool, final.value, state.batch_id, plan.intent_key)
+    return AdmissionOutcome(
+        state.operation_id, state.tool, final.value, state.batch_id, plan.intent_key
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,7 +85,7 @@ class CancelDecision:
     """Either an event to append on the operation, or an answer with nothing to append."""
 
     event: OperationCancelRequested | OperationCancelRefused | None
-    answer: Outcome | None
+    answer: AdmissionOutcome | None
 
 
 def decide_cancel(
@@ -99,12 +102,14 @@ def decide_cancel(
     """
     if state is None:
         return CancelDecision(
-            None, Outcome(operation_id, "", "unknown", None, reason="unknown_operation")
+            None, AdmissionOutcome(operation_id, "", "unknown", None, reason="unknown_operation")
         )
     if state.status is OpStatus.CANCEL_REQUESTED:
         return CancelDecision(
             None,
-            Outcome(operation_id, state.tool, state.status.value, state.batch_id, existing=True),
+            AdmissionOutcome(
+                operation_id, state.tool, state.status.value, state.batch_id, existing=True
+            ),
         )
     if state.terminal:
         committed = state.status is OpStatus.COMMITTED
@@ -122,11 +127,13 @@ def cancelled(
     operation_id: str,
     state: OperationState,
     event: OperationCancelRequested | OperationCancelRefused,
-) -> Outcome:
+) -> AdmissionOutcome:
     """The answer after the cancellation's effect was written."""
     if isinstance(event, OperationCancelRequested):
-        return Outcome(operation_id, state.tool, OpStatus.CANCEL_REQUESTED.value, state.batch_id)
-    return Outcome(
+        return AdmissionOutcome(
+            operation_id, state.tool, OpStatus.CANCEL_REQUESTED.value, state.batch_id
+        )
+    return AdmissionOutcome(
         operation_id,
         state.tool,
         state.status.value,
@@ -139,7 +146,7 @@ def cancelled(
 CANCEL_RACED = "cancel_raced"
 
 
-def needs_compensation(answer: Outcome) -> bool:
+def needs_compensation(answer: AdmissionOutcome) -> bool:
     """A superseded operation already done is compensated; otherwise cancelling suffices."""
     return answer.status == OpStatus.COMMITTED.value
 
@@ -149,13 +156,13 @@ def compensation_refusal(
     state: OperationState | None,
     declaration: ToolDeclaration | None,
     compensation: OperationState | None,
-) -> Outcome | None:
+) -> AdmissionOutcome | None:
     """The answer when no new compensation is admitted; None when one is.
 
     `compensation` is the state of the compensation already linked, if any.
     """
     if state is None or state.status is not OpStatus.COMMITTED:
-        return Outcome(
+        return AdmissionOutcome(
             operation_id,
             state.tool if state else "",
             state.status.value if state else "unknown",
@@ -165,7 +172,7 @@ def compensation_refusal(
         )
     assert declaration is not None
     if declaration.compensating_tool is None or declaration.compensation_arguments is None:
-        return Outcome(
+        return AdmissionOutcome(
             operation_id,
             state.tool,
             state.status.value,
@@ -174,7 +181,7 @@ def compensation_refusal(
             existing=True,
         )
     if state.compensated_by:
-        return Outcome(
+        return AdmissionOutcome(
             state.compensated_by,
             declaration.compensating_tool,
             compensation.status.value if compensation else OpStatus.ADMITTED.value,

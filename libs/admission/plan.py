@@ -5,132 +5,37 @@ backpressure decision all happen here. Everything the planner needs to know abou
 operations is read from a `PlanView` (the load view in production, a plain object in unit
 tests); capacity is read, never reserved: the plans say which reservations they need and
 the shell takes them. The clock value and the id factory are parameters.
-
-Over 400 lines: the turn's types and every planning step read as one unit, top to bottom.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any
 
 from libs.domain import OperationState, OpStatus
-from libs.events import (
-    BatchOpened,
-    Envelope,
-    OperationAdmitted,
-    OperationAwaitingConfirmation,
-    OperationEvent,
-    OperationRejected,
-    OperationRequested,
-    RejectReason,
-)
+from libs.events import RejectReason
 from libs.tools import Caller, ToolDeclaration, ToolRegistry, UnknownTool
 
 from . import rules
 from .intent import digest, intent_key, subject_key
+from .plan_types import (
+    REUSABLE,
+    AdmissionPlan,
+    NewId,
+    Plan,
+    PlanView,
+    Reservation,
+    ToolCall,
+    TurnContext,
+)
 from .rules import Load
 
-PlanKind = Literal["admit", "reject", "confirm", "existing"]
-NewId = Callable[[str], str]
-# Capacity one admission holds while its events are being written: (tool, tenant, user).
-Reservation = tuple[str, str, str]
-
-REUSABLE = frozenset({OpStatus.FAILED_FINAL, OpStatus.CANCELLED, OpStatus.REJECTED})
 _HOUR = timedelta(hours=1)
-# A join of another session's operation: that session's batch carries the closing.
-ELSEWHERE = "handled_elsewhere"
 
 
-@dataclass(frozen=True, slots=True)
-class ToolCall:
-    """A tool call as the model proposed it."""
-
-    tool: str
-    arguments: dict[str, Any]
-    tool_call_id: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class TurnContext:
-    """Who is asking, in which session, turn and agent."""
-
-    session_id: str
-    turn_id: str
-    tenant_id: str
-    user_id: str
-    agent: str
-
-
-@dataclass(frozen=True, slots=True)
-class Outcome:
-    """What admission answered for one item."""
-
-    operation_id: str
-    tool: str
-    status: str
-    batch_id: str | None
-    intent_key: str | None = None
-    existing: bool = False
-    reason: str | None = None
-    detail: str = ""
-    prompt: str | None = None
-    subject_key: str | None = None
-    # Older operations this one replaces (cancelled, or compensated when already done).
-    supersedes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TurnAdmission:
-    """Every outcome of one turn, and its batch (None when nothing new was created)."""
-
-    batch_id: str | None
-    outcomes: tuple[Outcome, ...]
-
-
-@dataclass(slots=True)
-class Plan:
-    """What one item of a turn becomes."""
-
-    kind: PlanKind
-    tool: str
-    operation_id: str
-    tool_call_id: str | None = None
-    declaration: ToolDeclaration | None = None
-    arguments: dict[str, Any] = field(default_factory=dict)
-    intent_key: str | None = None
-    subject_key: str | None = None
-    reason: RejectReason | None = None
-    detail: str = ""
-    existing: OperationState | None = None
-    supersedes: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class TurnPlan:
-    """A turn's plans, and the capacity they hold until their events are written."""
-
-    plans: tuple[Plan, ...]
-    reservations: tuple[Reservation, ...]
-
-
-class PlanView(Protocol):
-    """The reads of live operations the planner depends on."""
-
-    def get(self, operation_id: str) -> OperationState | None: ...
-    def by_intent(self, intent_key: str) -> OperationState | None: ...
-    def load(self, tool: str, tenant_id: str, user_id: str) -> Load: ...
-    def recent(self, tool: str, user_id: str, now: datetime, window: timedelta) -> int: ...
-    def on_subject(self, session_id: str, subject_key: str) -> list[OperationState]: ...
-    def open_with_digest(
-        self, tenant_id: str, tool: str, args_digest: str
-    ) -> OperationState | None: ...
-
-
-def plan_turn(
+def plan_admission(
     ctx: TurnContext,
     calls: list[ToolCall],
     *,
@@ -138,7 +43,7 @@ def plan_turn(
     view: PlanView,
     now: datetime,
     new_id: NewId,
-) -> TurnPlan:
+) -> AdmissionPlan:
     """Plan every proposed call of a turn; repeats within the turn map onto one plan."""
     held: Counter[Reservation] = Counter()
     plans: list[Plan] = []
@@ -156,7 +61,7 @@ def plan_turn(
                 seen[plan.intent_key] = plan
             plans.append(plan)
     reservations = list(held.elements())
-    return TurnPlan(tuple(plans), tuple(reservations))
+    return AdmissionPlan(tuple(plans), tuple(reservations))
 
 
 def _plan_call(
@@ -342,132 +247,3 @@ def on_held_claim(plan: Plan, holder: str, state: OperationState | None) -> Plan
 def fresh(plans: list[Plan]) -> list[Plan]:
     """The plans that write events of their own (members of the turn's batch)."""
     return [p for p in plans if p.kind in ("admit", "reject", "confirm") and p.existing is None]
-
-
-def batch_opened(members: Sequence[Plan]) -> BatchOpened:
-    """The batch of a turn's fresh plans, naming with each member what its closing says."""
-    return BatchOpened(
-        operation_ids=tuple(p.operation_id for p in members),
-        tools=tuple(p.tool for p in members),
-        arguments=tuple(p.arguments for p in members),
-        priorities=tuple(
-            p.declaration.priority if p.declaration is not None else "normal" for p in members
-        ),
-    )
-
-
-def admitted(
-    ctx: TurnContext,
-    declaration: ToolDeclaration,
-    arguments: dict[str, Any],
-    now: datetime,
-    compensates: str | None = None,
-) -> OperationAdmitted:
-    """The admission event of a tool call."""
-    return OperationAdmitted(
-        tool=declaration.name,
-        arguments=arguments,
-        tenant_id=ctx.tenant_id,
-        user_id=ctx.user_id,
-        owner=declaration.owner,
-        priority=declaration.priority,
-        idempotent=declaration.idempotent,
-        compensates=compensates,
-        deadline_at=now + timedelta(seconds=declaration.deadline_s),
-    )
-
-
-def plan_events(ctx: TurnContext, plan: Plan, now: datetime) -> list[OperationEvent]:
-    """The events a fresh plan writes on its operation's subject, in order."""
-    match plan.kind:
-        case "reject":
-            return [
-                OperationRejected(
-                    tool=plan.tool, reason=plan.reason or "invalid_arguments", detail=plan.detail
-                )
-            ]
-        case "confirm":
-            assert plan.declaration is not None
-            return [
-                OperationRequested(tool=plan.tool, arguments=plan.arguments),
-                OperationAwaitingConfirmation(
-                    prompt=prompt(plan.declaration, plan.arguments, plan.detail)
-                ),
-            ]
-        case _:
-            assert plan.declaration is not None
-            return [admitted(ctx, plan.declaration, plan.arguments, now)]
-
-
-def envelope(
-    ctx: TurnContext, event: Any, now: datetime, event_id: str, **ids: Any
-) -> Envelope[Any]:
-    """An envelope carrying the turn's identities plus the ones given."""
-    return Envelope(
-        event_id=event_id,
-        occurred_at=now,
-        session_id=ctx.session_id,
-        turn_id=ctx.turn_id,
-        agent=ctx.agent,
-        event=event,
-        **ids,
-    )
-
-
-def plan_ids(plan: Plan, batch_id: str | None) -> dict[str, Any]:
-    """The identities every event of a plan carries."""
-    return {
-        "tool_call_id": plan.tool_call_id,
-        "operation_id": plan.operation_id,
-        "intent_key": plan.intent_key,
-        "subject_key": plan.subject_key,
-        "batch_id": batch_id,
-    }
-
-
-def outcome(
-    plan: Plan, batch_id: str | None, session_id: str, state: OperationState | None
-) -> Outcome:
-    """What the caller is told about one plan; `state` is the joined operation's, if any."""
-    if plan.existing is not None or plan.kind == "existing":
-        state = plan.existing or state
-        # The same intent asked in another session of the user joins that session's
-        # operation; its closing goes there, so this session must not be promised one.
-        elsewhere = state is not None and state.session_id != session_id
-        return Outcome(
-            operation_id=plan.operation_id,
-            tool=plan.tool,
-            status=state.status.value if state else OpStatus.ADMITTED.value,
-            batch_id=state.batch_id if state else None,
-            intent_key=plan.intent_key,
-            existing=True,
-            reason=ELSEWHERE if elsewhere else None,
-            subject_key=plan.subject_key,
-        )
-    status = {
-        "admit": OpStatus.ADMITTED,
-        "reject": OpStatus.REJECTED,
-        "confirm": OpStatus.AWAITING_CONFIRMATION,
-    }[plan.kind]
-    shown = None
-    if plan.kind == "confirm" and plan.declaration is not None:
-        shown = prompt(plan.declaration, plan.arguments, plan.detail)
-    return Outcome(
-        operation_id=plan.operation_id,
-        tool=plan.tool,
-        status=status.value,
-        batch_id=batch_id,
-        intent_key=plan.intent_key,
-        reason=plan.reason,
-        detail=plan.detail,
-        prompt=shown,
-        subject_key=plan.subject_key,
-        supersedes=plan.supersedes if plan.kind != "reject" else (),
-    )
-
-
-def prompt(declaration: ToolDeclaration, arguments: dict[str, Any], detail: str) -> str:
-    """The confirmation question put to the user."""
-    shown = ", ".join(f"{k}={v}" for k, v in sorted(arguments.items()) if not k.startswith("_"))
-    repeat = " You already did this once; do it again?" if detail.startswith("repeats") else ""
-    return f"Please confirm {declaration.name} ({shown}).{repeat}"

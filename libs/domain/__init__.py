@@ -2,15 +2,10 @@
 
 from . import batch, channel, delivery, operation, session, sync_mode
 from .batch import BatchError, BatchState, final_delivery_id, final_delivery_key
-from .channel import (
-    ChannelState,
-    GatePolicy,
-    OperationFacts,
-    SessionView,
-    choose_delivery,
-    decide_delivery,
-)
+from .channel import ChannelState, OperationFacts
 from .delivery import DeliveryState, DeliveryStatus, IllegalDeliveryTransition
+from .delivery_gate import GateView, choose_delivery, decide_delivery
+from .gate_policy import GatePolicy
 from .operation import TERMINAL, IllegalTransition, OperationState, OpStatus
 from .projection import Projection
 from .session import Message, SessionError, SessionState
@@ -24,6 +19,7 @@ __all__ = [
     "DeliveryState",
     "DeliveryStatus",
     "GatePolicy",
+    "GateView",
     "IllegalDeliveryTransition",
     "IllegalTransition",
     "Message",
@@ -33,7 +29,6 @@ __all__ = [
     "Projection",
     "SessionError",
     "SessionState",
-    "SessionView",
     "SyncMode",
     "batch",
     "channel",

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
+from libs.admission.plan_types import ELSEWHERE
+
 from .interface import AdmissionNote, LiveOperation, PendingUpdate, TurnReply, TurnRequest
 
 Lang = str  # "en" or "es"
@@ -114,7 +116,7 @@ _STATUS_ES = {
     "cancelled": "cancelado",
     "rejected": "no se inició",
 }
-TERMINAL = frozenset({"committed", "failed_final", "cancelled", "rejected"})
+TERMINAL_STATUSES = frozenset({"committed", "failed_final", "cancelled", "rejected"})
 
 
 def status_words(status: str, lang: Lang) -> str:
@@ -131,7 +133,7 @@ def status_report(operations: Sequence[LiveOperation], lang: Lang) -> str:
     lines = [f"{op.label or op.tool}: {status_words(op.status, lang)}" for op in operations]
     head = "Así va todo:" if es else "Here is where things stand:"
     parts = [head, "; ".join(lines) + "."]
-    if any(op.status not in TERMINAL for op in operations):
+    if any(op.status not in TERMINAL_STATUSES for op in operations):
         parts.append(
             "Te aviso en cuanto tenga el resultado."
             if es
@@ -179,8 +181,6 @@ _REASONS_ES = {
     "handled_elsewhere": "ya se está gestionando en otra conversación tuya",
 }
 _ACTIVE = frozenset({"requested", "admitted", "running", "failed_retryable", "unknown"})
-# Admission's reason for a repeat that joined another session's operation.
-ELSEWHERE = "handled_elsewhere"
 
 
 def reason_words(reason: str | None, status: str, lang: Lang) -> str:
@@ -264,7 +264,7 @@ def elsewhere_words(note: AdmissionNote, label: str, lang: Lang) -> str:
             if es
             else f"{label} was already confirmed from another conversation of yours."
         )
-    if note.status in TERMINAL:
+    if note.status in TERMINAL_STATUSES:
         state = status_words(note.status, lang)
         return (
             f"{label} se pidió en otra conversación tuya y terminó así: {state}."

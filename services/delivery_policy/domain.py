@@ -12,14 +12,9 @@ from datetime import UTC, datetime
 
 from libs.domain import Projection
 from libs.domain import delivery as delivery_domain
-from libs.domain.channel import (
-    ChannelState,
-    OperationFacts,
-    SessionView,
-    evolve_channel,
-    evolve_facts,
-)
+from libs.domain.channel import ChannelState, OperationFacts, evolve_channel, evolve_facts
 from libs.domain.delivery import DeliveryState
+from libs.domain.delivery_gate import GateView
 from libs.events import (
     DeliveryDecided,
     DeliveryEvent,
@@ -99,10 +94,10 @@ class GateProjections:
             self.deliveries.states[state.delivery_id] = state
             self.deliveries.last_seq[state.delivery_id] = last_seq
 
-    def view(self, session_id: str) -> SessionView:
+    def view(self, session_id: str) -> GateView:
         """The session's projections, as the pure decider takes them."""
         ops = tuple(self.facts[o] for o in self._session_ops.get(session_id, ()))
-        return SessionView(
+        return GateView(
             channel=self.channels.get(session_id),
             ops=self.facts,
             session_ops=ops,

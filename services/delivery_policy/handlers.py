@@ -17,9 +17,9 @@ from libs.bus import ConcurrencyConflict, Context, EventStore, Received, load_fr
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.crash import pause_point
 from libs.domain import delivery as delivery_domain
-from libs.domain.channel import decide_delivery
 from libs.domain.delivery import DeliveryState
 from libs.domain.delivery import envelope_for as delivery_envelope
+from libs.domain.delivery_gate import decide_delivery
 from libs.events import (
     DELIVERIES,
     INTERACTION,

@@ -31,7 +31,7 @@ from libs.config import (
     env_int,
     env_str,
 )
-from libs.domain.channel import GatePolicy, parse_quiet_rules
+from libs.domain.gate_policy import GatePolicy, parse_quiet_rules
 
 SERVICE = "delivery-policy"
 ENV_PREFIX = "DELIVERY_POLICY"

@@ -45,10 +45,10 @@ from libs import metrics
 from libs.agent_frames import DeliverySayFrame, Fact, ServerFrame, encode
 from libs.bus import ConcurrencyConflict
 from libs.domain import DeliveryState
-from libs.domain.channel import not_allowed
 from libs.domain.delivery import OPEN, DeliveryStatus
 from libs.domain.delivery import envelope_for as delivery_envelope
 from libs.domain.operation import OperationState
+from libs.domain.relevance import not_allowed
 from libs.events import (
     ChannelConnected,
     ChannelDisconnected,

@@ -39,7 +39,7 @@ import msgspec
 from nats.js.errors import KeyNotFoundError, KeyWrongLastSequenceError
 
 from libs import metrics
-from libs.admission import ELSEWHERE, Admission, Outcome, ToolCall, TurnContext
+from libs.admission import ELSEWHERE, Admission, AdmissionOutcome, ToolCall, TurnContext
 from libs.admission.rules import check_item
 from libs.domain import SessionState
 from libs.events import ToolCallsReceived
@@ -246,7 +246,7 @@ def prepare(
 # --------------------------------------------------------------------------- outputs
 
 
-def _what(outcome: Outcome, label: str = "") -> str:
+def _what(outcome: AdmissionOutcome, label: str = "") -> str:
     about = f" for {label}" if label else ""
     return f"{outcome.tool}{about} (operation {outcome.operation_id})"
 
@@ -257,7 +257,7 @@ _UNDER_WAY = (
 )
 
 
-def output_line(outcome: Outcome, label: str = "") -> str:
+def output_line(outcome: AdmissionOutcome, label: str = "") -> str:
     """What the model is told about one item: started, refused or waiting; never done."""
     status, what = outcome.status, _what(outcome, label)
     if outcome.reason == ELSEWHERE:
@@ -281,7 +281,7 @@ def output_line(outcome: Outcome, label: str = "") -> str:
     return f"Accepted: {what} has started and is not finished."
 
 
-def output_text(outcomes: Sequence[Outcome], labels: Sequence[str]) -> str:
+def output_text(outcomes: Sequence[AdmissionOutcome], labels: Sequence[str]) -> str:
     """One call's output: a line per item, and what to tell the user when work started."""
     lines = [
         output_line(o, labels[i] if i < len(labels) else "") for i, o in enumerate(outcomes)
@@ -302,7 +302,7 @@ def labels(call: Prepared) -> list[str]:
     return [shown]
 
 
-def confirm_line(outcome: Outcome, accepted: bool) -> str:
+def confirm_line(outcome: AdmissionOutcome, accepted: bool) -> str:
     """What the model is told about a confirmation."""
     if outcome.reason == "not_awaiting_confirmation":
         return f"Nothing to confirm: {_what(outcome)} is {outcome.status}."
@@ -313,7 +313,7 @@ def confirm_line(outcome: Outcome, accepted: bool) -> str:
     return f"Confirmed: {_what(outcome)} has started and is not finished. {_UNDER_WAY}"
 
 
-def _ref(o: Outcome) -> dict[str, Any]:
+def _ref(o: AdmissionOutcome) -> dict[str, Any]:
     return {"operation_id": o.operation_id, "tool": o.tool, "status": o.status,
             "batch_id": o.batch_id}
 
@@ -519,9 +519,11 @@ class ToolCalls:
             }
         return admitted.batch_id, answers
 
-    async def _confirm(self, ctx: TurnContext, args: ConfirmArgs) -> Outcome:
+    async def _confirm(self, ctx: TurnContext, args: ConfirmArgs) -> AdmissionOutcome:
         op = self._surface.view.operations.get(args.operation_id)
         if op is None or op.session_id != ctx.session_id:
-            return Outcome(args.operation_id, "", "unknown", None, reason="unknown operation")
+            return AdmissionOutcome(
+                args.operation_id, "", "unknown", None, reason="unknown operation"
+            )
         return await self._admission.confirm(ctx, args.operation_id, accept=args.confirmed)
 

@@ -16,11 +16,11 @@ from libs import tracing
 from libs.json_response import JSONResponse
 from libs.openapi import publish
 
-from .domain import InvalidRequestError
 from .handlers import BODIES, add_routes
 from .problems import ProblemError, problem_response
 from .runtime import Provider
 from .settings import Settings
+from .validation import InvalidRequestError
 
 log = logging.getLogger("holdline.sandbox_provider")
 

@@ -20,8 +20,8 @@ import httpx
 from libs import tracing
 from libs.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 
-from .domain import Record, callback_payload
 from .metrics import Metrics
+from .records import Record, callback_payload
 from .settings import Settings
 from .store import OutboxItem, Store
 

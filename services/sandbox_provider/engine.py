@@ -13,91 +13,48 @@ Order for every mutating request that passed validation:
 6. ``timeout_after_commit`` then hangs before answering: a retry meanwhile gets the
    stored result, which is what a client that timed out needs.
 
-Over 400 lines because these six steps are one transaction's order and are read top to
-bottom; the pure rules they apply are in `domain.py`.
+The pure rules these steps apply are in `idempotency.py`, `records.py` and `fault_rules.py`;
+the answers in `replies.py`; async completion in `completion.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import datetime as dt
-import http
 import logging
-import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from .callbacks import CallbackSender
-from .domain import (
+from .completion import PendingCommits
+from .fault_rules import FaultEffect
+from .faults import FaultRegistry
+from .idempotency import KeyDecision, decide_idempotency_key, fingerprint, ledger_key
+from .metrics import Metrics
+from .problems import ProblemError, encode
+from .records import (
     COMPENSATED_STATUS,
-    CompensateBody,
     CreateCommand,
-    Decision,
-    FaultEffect,
     Kind,
     Record,
     Scope,
-    commit_pending,
-    compensate,
-    decide,
-    fingerprint,
-    ledger_key,
+    compensate_record,
+    iso_at,
     new_record,
     new_record_id,
 )
-from .faults import FaultRegistry
-from .metrics import Metrics
-from .problems import PROBLEM_MEDIA_TYPE, ProblemError, encode, problem_body
+from .replies import Reply, injected_status, location, problem_reply, replayed
 from .settings import Settings
 from .store import Store
+from .validation import CompensateBody
 
 log = logging.getLogger("holdline.sandbox_provider.engine")
-
-JSON_MEDIA_TYPE = "application/json"
-# A failed async commit (database trouble) is retried after this pause.
-_COMMIT_RETRY_S = 1.0
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    status: int
-    body: bytes
-    outcome: str
-    headers: dict[str, str] = field(default_factory=dict)
-
-    @property
-    def media_type(self) -> str:
-        return PROBLEM_MEDIA_TYPE if self.status >= 400 else JSON_MEDIA_TYPE
-
-
-def _problem_reply(
-    status: int,
-    slug: str,
-    title: str,
-    detail: str,
-    outcome: str,
-    *,
-    extra: dict[str, Any] | None = None,
-    headers: dict[str, str] | None = None,
-) -> Reply:
-    body = encode(problem_body(status, slug, title, detail, extra))
-    return Reply(status, body, outcome, headers or {})
-
-
-def _location(record_id: str | None) -> dict[str, str]:
-    return {"Location": f"/v1/records/{record_id}"} if record_id else {}
 
 
 def _goes_straight_through(effect: FaultEffect, business_code: str | None) -> bool:
     """Whether a request runs to its commit without waiting or failing first."""
     return not effect.latency_ms and effect.status is None and business_code is None
-
-
-def _iso(timestamp: float) -> str:
-    return dt.datetime.fromtimestamp(timestamp, dt.UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass(slots=True)
@@ -118,6 +75,7 @@ class Engine:
         faults: FaultRegistry,
         callbacks: CallbackSender,
         metrics: Metrics,
+        commits: PendingCommits,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._store = store
@@ -125,11 +83,12 @@ class Engine:
         self._faults = faults
         self._callbacks = callbacks
         self._metrics = metrics
+        # Commits pending (async) records when due; built beside the engine, shared clock.
+        self._commits = commits
         self._clock = clock
         # Guards check-then-claim of idempotency keys and every commit, so two concurrent
         # requests with one key can never both proceed.
         self._lock = asyncio.Lock()
-        self._commit_tasks: set[asyncio.Task[None]] = set()
         # Set when the server starts shutting down: injected waits end at once instead of
         # being cancelled mid-request by the server's grace timeout.
         self._stopping = asyncio.Event()
@@ -140,8 +99,7 @@ class Engine:
         dropped = self._store.recover_in_flight()
         if dropped:
             log.info("dropped %d idempotency claims of requests that died before commit", dropped)
-        for record in self._store.pending_records():
-            self._schedule_commit(record)
+        self._commits.start()
 
     def begin_shutdown(self) -> None:
         self._stopping.set()
@@ -158,12 +116,7 @@ class Engine:
 
     async def stop(self) -> None:
         self.begin_shutdown()
-        tasks = list(self._commit_tasks)
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await self._commits.stop()
 
     # ------------------------------------------------------------------ requests
 
@@ -173,11 +126,11 @@ class Engine:
         ahead."""
         effect = self._faults.consume(resource, request_fault, read=True)
         if effect.latency_ms and await self._pause(effect.latency_ms / 1000.0):
-            return _problem_reply(
+            return problem_reply(
                 503, "shutting-down", "Service Unavailable", "the provider is shutting down",
                 "fault", headers={"Retry-After": "1"},
             )
-        return self._injected_status(effect) if effect.status is not None else None
+        return injected_status(effect) if effect.status is not None else None
 
     async def create(
         self,
@@ -195,7 +148,7 @@ class Engine:
 
         def commit() -> _Committed:
             now = self._clock()
-            iso = _iso(now)
+            iso = iso_at(now)
             record = new_record(
                 command,
                 record_id=new_record_id(command.kind),
@@ -216,7 +169,7 @@ class Engine:
             if claim_key is not None:
                 self._store.finish_key(scope, claim_key, status, body, record.id)
             reply = Reply(
-                status, body, "accepted" if want_async else "created", _location(record.id)
+                status, body, "accepted" if want_async else "created", location(record.id)
             )
             if want_async:
                 return _Committed(reply, schedule=record)
@@ -255,7 +208,7 @@ class Engine:
             current = self._store.get_record(record_id)
             if current is None:  # records are never deleted; kept for type narrowing
                 raise RuntimeError(f"record {record_id} vanished")
-            result = compensate(current, _iso(self._clock()))
+            result = compensate_record(current, iso_at(self._clock()))
             if result.changed:
                 self._store.update_record(result.record)
             queued = False
@@ -265,7 +218,7 @@ class Engine:
             response = encode(result.record.view())
             self._store.finish_key(scope, key, 200, response, record_id)
             return _Committed(
-                Reply(200, response, "compensated", _location(record_id)), callbacks=queued
+                Reply(200, response, "compensated", location(record_id)), callbacks=queued
             )
 
         payload = {
@@ -301,11 +254,12 @@ class Engine:
         if key is not None:
             async with self._lock:
                 existing = self._store.get_key(scope, key)
-                decision = decide(existing, request_fingerprint)
-                if decision is Decision.PROCEED:
+                decision = decide_idempotency_key(existing, request_fingerprint)
+                if decision is KeyDecision.PROCEED:
                     effect = self._faults.consume(resource, request_fault)
                     with self._store.transaction():
-                        self._store.claim_key(scope, key, request_fingerprint, _iso(self._clock()))
+                        claimed_at = iso_at(self._clock())
+                        self._store.claim_key(scope, key, request_fingerprint, claimed_at)
                         if _goes_straight_through(effect, business_code):
                             # Nothing to wait for before the effect: the claim and the effect
                             # commit together, one durable write, and no other request can see
@@ -314,16 +268,16 @@ class Engine:
                     claimed = committed is None
             if committed is not None and effect is not None:
                 return await self._finish(committed, effect)
-            if decision is Decision.MISMATCH:
-                return _problem_reply(
+            if decision is KeyDecision.MISMATCH:
+                return problem_reply(
                     422,
                     "idempotency-mismatch",
                     "Idempotency-Key reused with a different request",
                     f"key {key!r} was first used with a different {scope} request body",
                     "mismatch",
                 )
-            if decision is Decision.IN_FLIGHT:
-                return _problem_reply(
+            if decision is KeyDecision.IN_FLIGHT:
+                return problem_reply(
                     409,
                     "idempotency-in-flight",
                     "Request with this Idempotency-Key is in flight",
@@ -331,13 +285,13 @@ class Engine:
                     "in_flight",
                     headers={"Retry-After": "1"},
                 )
-            if decision is Decision.REPLAY and existing is not None:
-                return self._replay(existing.status_code, existing.response, existing.record_id)
+            if decision is KeyDecision.REPLAY and existing is not None:
+                return replayed(existing.status_code, existing.response, existing.record_id)
         try:
             if effect is None:
                 effect = self._faults.consume(resource, request_fault)
             if effect.latency_ms and await self._pause(effect.latency_ms / 1000.0):
-                return _problem_reply(
+                return problem_reply(
                     503,
                     "shutting-down",
                     "Service Unavailable",
@@ -346,9 +300,9 @@ class Engine:
                     headers={"Retry-After": "1"},
                 )
             if effect.status is not None:
-                return self._injected_status(effect)
+                return injected_status(effect)
             if business_code is not None:
-                reply = _problem_reply(
+                reply = problem_reply(
                     400,
                     "business-error",
                     "Business rule rejected the request",
@@ -381,30 +335,6 @@ class Engine:
             await self._pause(self._settings.hang_after_commit_s)
         return committed.reply
 
-    def _replay(self, status: int | None, body: bytes | None, record_id: str | None) -> Reply:
-        if status is None or body is None:
-            raise RuntimeError("finished idempotency key without a stored response")
-        headers = {"Idempotent-Replayed": "true", **_location(record_id)}
-        return Reply(status, body, "replayed", headers)
-
-    def _injected_status(self, effect: FaultEffect) -> Reply:
-        status = effect.status or 500
-        headers: dict[str, str] = {}
-        if effect.retry_after_s is not None and status in (429, 503):
-            headers["Retry-After"] = str(math.ceil(effect.retry_after_s))
-        try:
-            title = http.HTTPStatus(status).phrase
-        except ValueError:
-            title = "Injected failure"
-        return _problem_reply(
-            status,
-            "injected-fault",
-            title,
-            f"sandbox fault injection answered {status}; nothing was committed",
-            "fault",
-            headers=headers,
-        )
-
     def _after_commit(self, committed: _Committed) -> None:
         if committed.effect_kind is not None:
             self._metrics.effects.labels(committed.effect_kind).inc()
@@ -413,49 +343,8 @@ class Engine:
                     committed.duplicates
                 )
         if committed.schedule is not None:
-            self._schedule_commit(committed.schedule)
+            self._commits.schedule(committed.schedule)
         if committed.callbacks:
-            self._callbacks.wake()
-
-    # ------------------------------------------------------------------ async completion
-
-    def _schedule_commit(self, record: Record) -> None:
-        task = asyncio.create_task(self._commit_later(record), name=f"commit-{record.id}")
-        self._commit_tasks.add(task)
-        task.add_done_callback(self._commit_tasks.discard)
-
-    async def _commit_later(self, record: Record) -> None:
-        due = record.commit_due if record.commit_due is not None else self._clock()
-        await asyncio.sleep(max(0.0, due - self._clock()))
-        while True:
-            try:
-                self._commit_pending(record.id)
-            except Exception:
-                log.exception("async commit of %s failed; retrying", record.id)
-                await asyncio.sleep(_COMMIT_RETRY_S)
-            else:
-                return
-
-    def _commit_pending(self, record_id: str) -> None:
-        # No await inside: the event loop cannot interleave another commit or a cancel.
-        now = self._clock()
-        with self._store.transaction():
-            current = self._store.get_record(record_id)
-            committed = None if current is None else commit_pending(current, _iso(now))
-            if committed is None:
-                return  # cancelled or revoked before it committed: no effect
-            self._store.update_record(committed)
-            duplicates = self._store.add_effects(
-                committed.kind,
-                ledger_key(committed.idempotency_key, committed.reference, committed.id),
-                committed.resource,
-                1,
-            )
-            queued = self._callbacks.enqueue(committed, now) is not None
-        self._metrics.effects.labels(committed.kind).inc()
-        if duplicates:
-            self._metrics.duplicate_effects.labels(committed.kind).inc(duplicates)
-        if queued:
             self._callbacks.wake()
 
     # ------------------------------------------------------------------ reads

@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from .domain import FaultBody, FaultEffect, FaultRule, merge_effects
+from .fault_rules import FaultBody, FaultEffect, FaultRule, merge_effects
 
 
 class FaultRegistry:

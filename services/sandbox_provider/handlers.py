@@ -15,21 +15,19 @@ from starlette.responses import Response
 
 from libs.json_response import JSONResponse
 
-from .domain import (
-    KINDS,
+from .fault_rules import FaultBody, business_error_code, header_fault, header_flag
+from .problems import ProblemError, problem_response
+from .records import KINDS, Kind, free_slots
+from .replies import Reply
+from .runtime import Provider
+from .validation import (
     AccessBody,
     BookingBody,
     CompensateBody,
-    FaultBody,
     InvalidRequestError,
-    Kind,
     TransferBody,
-    business_error_code,
     convert,
     decode_json,
-    free_slots,
-    header_fault,
-    header_flag,
     optional_idempotency_key,
     parse_create,
     parse_date_query,
@@ -37,9 +35,6 @@ from .domain import (
     require_idempotency_key,
     validation_error,
 )
-from .engine import Reply
-from .problems import ProblemError, problem_response
-from .runtime import Provider
 
 MAX_BODY_BYTES: Final = 64 * 1024
 # The bodies each route decodes itself, published in the OpenAPI document (libs.openapi).

@@ -9,7 +9,7 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
-from .domain import KINDS
+from .records import KINDS
 
 REQUEST_KINDS: Final = (
     "access",

@@ -6,6 +6,7 @@ import logging
 from dataclasses import dataclass
 
 from .callbacks import CallbackSender
+from .completion import PendingCommits
 from .engine import Engine
 from .faults import FaultRegistry
 from .metrics import Metrics
@@ -45,8 +46,14 @@ class Provider:
     async def start(self) -> None:
         store = Store.open(self.settings.db_path)
         callbacks = CallbackSender(store, self.settings, self.metrics)
+        commits = PendingCommits(store, callbacks, self.metrics)
         engine = Engine(
-            store, self.settings, faults=self.faults, callbacks=callbacks, metrics=self.metrics
+            store,
+            self.settings,
+            faults=self.faults,
+            callbacks=callbacks,
+            metrics=self.metrics,
+            commits=commits,
         )
         engine.start()
         callbacks.start()

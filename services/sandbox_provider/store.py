@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self, cast
 
-from .domain import KINDS, Kind, Record, Scope, StoredKey
+from .idempotency import StoredKey
+from .records import KINDS, Kind, Record, Scope
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS records (

@@ -14,19 +14,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from libs.admission import LoadView
+from libs.admission.answers import outcome
 from libs.admission.followups import decide_cancel
-from libs.admission.plan import (
-    REUSABLE,
-    ToolCall,
-    TurnContext,
-    batch_opened,
-    envelope,
-    fresh,
-    outcome,
-    plan_events,
-    plan_ids,
-    plan_turn,
-)
+from libs.admission.plan import fresh, plan_admission
+from libs.admission.plan_types import REUSABLE, ToolCall, TurnContext
+from libs.admission.writes import batch_opened, envelope, plan_events, plan_ids
 from libs.domain import OperationState, OpStatus
 from libs.events import (
     OperationAdmitted,
@@ -112,7 +104,9 @@ def _run(script: list[list[ToolCall]]) -> tuple[LoadView, list[Any]]:
     planned = []
     for n, calls_of_turn in enumerate(script):
         ctx = _ctx(n)
-        turn = plan_turn(ctx, calls_of_turn, registry=REGISTRY, view=view, now=NOW, new_id=new_id)
+        turn = plan_admission(
+            ctx, calls_of_turn, registry=REGISTRY, view=view, now=NOW, new_id=new_id
+        )
         planned.append((ctx, turn))
         _write(view, ctx, turn.plans, new_id, seq)
     return view, planned
@@ -209,8 +203,8 @@ def test_planning_reads_the_view_and_changes_nothing(
     view, _ = _run(script)
     ctx = _ctx(99)
     before = view.load("capped_access", "acme", "ana")
-    first = plan_turn(ctx, last, registry=REGISTRY, view=view, now=NOW, new_id=_ids())
-    second = plan_turn(ctx, last, registry=REGISTRY, view=view, now=NOW, new_id=_ids())
+    first = plan_admission(ctx, last, registry=REGISTRY, view=view, now=NOW, new_id=_ids())
+    second = plan_admission(ctx, last, registry=REGISTRY, view=view, now=NOW, new_id=_ids())
     assert first == second
     assert view.load("capped_access", "acme", "ana") == before
 
@@ -252,7 +246,7 @@ def test_no_operation_to_cancel_is_answered_without_an_event() -> None:
 def test_capacity_counts_the_items_planned_earlier_in_the_same_turn() -> None:
     ctx = _ctx(0)
     many = [ToolCall("capped_access", {"access": a}) for a in ("github", "jira", "slack", "vpn")]
-    turn = plan_turn(ctx, many, registry=REGISTRY, view=LoadView(), now=NOW, new_id=_ids())
+    turn = plan_admission(ctx, many, registry=REGISTRY, view=LoadView(), now=NOW, new_id=_ids())
     kinds = [p.kind for p in turn.plans]
     assert kinds == ["admit"] * CAP + ["reject"]
     assert turn.plans[-1].reason == "backpressure"

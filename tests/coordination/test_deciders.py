@@ -13,17 +13,10 @@ from hypothesis import strategies as st
 from libs.domain import batch as batch_domain
 from libs.domain import delivery as delivery_domain
 from libs.domain.batch import BatchState, CloseBatch, MemberStatus, final_delivery_id
-from libs.domain.channel import (
-    ChannelState,
-    GatePolicy,
-    OperationFacts,
-    SessionView,
-    choose_delivery,
-    decide_delivery,
-    evolve_channel,
-    parse_quiet_rules,
-)
+from libs.domain.channel import ChannelState, OperationFacts, evolve_channel
 from libs.domain.delivery import DeliveryState, DeliveryStatus
+from libs.domain.delivery_gate import GateView, choose_delivery, decide_delivery
+from libs.domain.gate_policy import GatePolicy, parse_quiet_rules
 from libs.domain.sync_mode import sync_mode
 from libs.events import (
     BatchDrained,
@@ -200,7 +193,7 @@ def _facts(op: str, seq: int, **changes: Any) -> OperationFacts:
 def test_relevance_supersedes_a_result_of_an_older_intent() -> None:
     old = _facts("a", 10, subject_key="R|D")
     newer = _facts("b", 20, subject_key="R|D")
-    view = SessionView(channel=ChannelState(session_id="s1", user_id="u1"),
+    view = GateView(channel=ChannelState(session_id="s1", user_id="u1"),
                        ops={"a": old, "b": newer}, session_ops=(old, newer))
     outcome = decide_delivery(_delivery(), view, T0, POLICY)
     kinds = [type(e).__name__ for e in outcome.events]
@@ -225,7 +218,7 @@ def test_relevance_supersedes_a_result_of_an_older_intent() -> None:
 def test_relevance_suppresses_with_a_reason(
     facts: OperationFacts, channel: ChannelState, code: str
 ) -> None:
-    view = SessionView(channel=channel, ops={"a": facts}, session_ops=(facts,))
+    view = GateView(channel=channel, ops={"a": facts}, session_ops=(facts,))
     outcome = decide_delivery(_delivery(), view, T0, POLICY)
     decided = [e for e in outcome.events if isinstance(e, DeliveryDecided)]
     assert decided[0].decision == "suppress"
@@ -233,7 +226,7 @@ def test_relevance_suppresses_with_a_reason(
 
 
 def test_an_unchanged_decision_appends_nothing() -> None:
-    view = SessionView(channel=ChannelState(session_id="s1", user_speaking=True), ops={})
+    view = GateView(channel=ChannelState(session_id="s1", user_speaking=True), ops={})
     first = decide_delivery(_delivery(), view, T0, POLICY)
     assert len(first.events) == 1
     decided = first.events[0]
@@ -250,7 +243,7 @@ def test_an_unheard_closing_comes_back_shorter_unless_it_never_started(
     reason: str, said_again: str
 ) -> None:
     unheard = _delivery(status=DeliveryStatus.UNHEARD, reason=reason, unheard=1)
-    view = SessionView(channel=ChannelState(session_id="s1"), ops={})
+    view = GateView(channel=ChannelState(session_id="s1"), ops={})
     outcome = decide_delivery(unheard, view, T0, POLICY)
     requeued = outcome.events[0]
     assert isinstance(requeued, DeliveryRequeued)
@@ -280,7 +273,7 @@ def test_nothing_is_said_while_the_user_speaks_unless_urgent(
     for event, gap_ms in steps:
         now += timedelta(milliseconds=gap_ms)
         channel = evolve_channel(channel, _env(event, at=now, turn_id="t"))
-        view = SessionView(channel=channel, ops={})
+        view = GateView(channel=channel, ops={})
         outcome = decide_delivery(delivery, view, now, POLICY)
         for out in outcome.events:
             if isinstance(out, DeliveryDecided) and out.decision in ("deliver_now", "interrupt"):
@@ -316,7 +309,7 @@ def test_a_call_that_died_mid_sentence_leaves_no_caller_speaking() -> None:
     assert not gone.user_speaking
     # The caller's next call gets what is owed at once, not after a turn.
     back = evolve_channel(gone, _env(ChannelConnected(channel="voice", connection_id="call_2")))
-    view = SessionView(channel=back, ops={})
+    view = GateView(channel=back, ops={})
     [decided] = decide_delivery(_delivery(ready_at=T0), view, T0, POLICY).events
     assert isinstance(decided, DeliveryDecided)
     assert decided.decision == "deliver_now"

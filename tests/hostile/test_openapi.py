@@ -30,8 +30,8 @@ from schemathesis.specs.openapi.checks import (
 
 from harness.surface import SurfaceStack, open_chat
 from services.interaction_surface.chat.routes import BODIES as SURFACE_BODIES
-from services.sandbox_provider.domain import RESOURCE_PATTERN
 from services.sandbox_provider.handlers import BODIES as PROVIDER_BODIES
+from services.sandbox_provider.validation import RESOURCE_PATTERN
 
 from .support import completes_a_tool_call, healthy
 

@@ -14,12 +14,14 @@ from pathlib import Path
 import pytest
 
 from services.sandbox_provider.callbacks import CallbackSender
-from services.sandbox_provider.domain import FaultBody, FaultEffect, parse_create
+from services.sandbox_provider.completion import PendingCommits
 from services.sandbox_provider.engine import Engine
+from services.sandbox_provider.fault_rules import FaultBody, FaultEffect
 from services.sandbox_provider.faults import FaultRegistry
 from services.sandbox_provider.metrics import Metrics
 from services.sandbox_provider.settings import Settings
 from services.sandbox_provider.store import Store
+from services.sandbox_provider.validation import parse_create
 
 NO_FAULT = FaultEffect()
 
@@ -58,9 +60,10 @@ async def rig(tmp_path: Path) -> AsyncIterator[Rig]:
     )
     store = CountingStore.open(settings.db_path)
     metrics, faults = Metrics(), FaultRegistry()
+    callbacks = CallbackSender(store, settings, metrics)
     engine = Engine(
-        store, settings, faults=faults, callbacks=CallbackSender(store, settings, metrics),
-        metrics=metrics,
+        store, settings, faults=faults, callbacks=callbacks, metrics=metrics,
+        commits=PendingCommits(store, callbacks, metrics),
     )
     engine.start()
     yield Rig(store, engine, faults)

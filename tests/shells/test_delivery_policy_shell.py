@@ -10,7 +10,7 @@ from nats.js.errors import NoStreamResponseError
 from libs.bus import MemoryEventStore
 from libs.clock import ManualClock, SequentialIds
 from libs.config import BusSettings
-from libs.domain.channel import GatePolicy
+from libs.domain.gate_policy import GatePolicy
 from libs.events import (
     DELIVERIES,
     INTERACTION,

@@ -21,8 +21,8 @@ from libs.config import BusSettings
 from libs.domain import batch as batch_domain
 from libs.domain import delivery as delivery_domain
 from libs.domain.batch import BatchState, CloseBatch, final_delivery_id
-from libs.domain.channel import GatePolicy
 from libs.domain.delivery import OPEN, DeliveryState, DeliveryStatus
+from libs.domain.gate_policy import GatePolicy
 from libs.events import (
     BATCHES,
     DELIVERIES,

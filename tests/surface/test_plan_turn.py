@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from libs.admission import Outcome, ToolCall
+from libs.admission import AdmissionOutcome, ToolCall
 from libs.bus import EVENT_CODECS, Context
 from libs.domain import OperationState, OpStatus
 from libs.events import Envelope, TurnReplied
@@ -99,14 +99,14 @@ def test_a_doubtful_hearing_never_reaches_a_tool(
 @settings(max_examples=200, deadline=None)
 @given(st.lists(ops, max_size=4), st.lists(st.booleans(), min_size=4, max_size=4))
 def test_only_a_started_undo_counts_as_undone(asked: list[str], started: list[bool]) -> None:
-    results: list[tuple[turn_plan.Action, Outcome]] = [
+    results: list[tuple[turn_plan.Action, AdmissionOutcome]] = [
         (
             Compensate(op),
-            Outcome(f"comp_{op}" if ok else op, "revoke_access", "admitted", None),
+            AdmissionOutcome(f"comp_{op}" if ok else op, "revoke_access", "admitted", None),
         )
         for op, ok in zip(asked, started, strict=False)
     ]
-    results.append((Cancel("op_x"), Outcome("op_y", "t", "cancel_requested", None)))
+    results.append((Cancel("op_x"), AdmissionOutcome("op_y", "t", "cancel_requested", None)))
     undone = turn_plan.undone(results)
     assert set(undone) == {op for op, ok in zip(asked, started, strict=False) if ok}
     assert all(v == f"comp_{k}" for k, v in undone.items())
@@ -117,7 +117,7 @@ def test_only_a_started_undo_counts_as_undone(asked: list[str], started: list[bo
 def test_nothing_is_stale_when_the_turn_replaced_and_undid_nothing(
     pending: list[PendingUpdate],
 ) -> None:
-    outcomes = [Outcome("op_1", "provision_access", "admitted", "batch_1")]
+    outcomes = [AdmissionOutcome("op_1", "provision_access", "admitted", "batch_1")]
     live, refused = turn_plan.stale_updates("sess_1", pending, lambda _: None, outcomes, {})
     assert live == pending
     assert refused == []
@@ -127,7 +127,7 @@ def test_an_id_from_another_session_never_names_its_resource() -> None:
     other = OperationState(
         "op_1", "sess_other", OpStatus.ADMITTED, "provision_access", {"access": "secret"}
     )
-    outcome = Outcome("op_1", "provision_access", "admitted", "batch_1")
+    outcome = AdmissionOutcome("op_1", "provision_access", "admitted", "batch_1")
     note = turn_plan.admission_note(
         outcome, other, "sess_1", lambda tool, args: f"{tool}:{args['access']}"
     )
@@ -181,9 +181,9 @@ def test_a_repeated_client_turn_id_is_answered_from_the_log_or_waits_or_runs_aga
 
 def test_a_repeat_answer_rebuilt_from_the_reply_equals_the_first_answer() -> None:
     outcomes = [
-        Outcome("op_1", "provision_access", "admitted", "batch_1"),
-        Outcome("", "provision_access", "rejected", None, reason="invalid"),
-        Outcome("op_2", "book_table", "awaiting_confirmation", "batch_1"),
+        AdmissionOutcome("op_1", "provision_access", "admitted", "batch_1"),
+        AdmissionOutcome("", "provision_access", "rejected", None, reason="invalid"),
+        AdmissionOutcome("op_2", "book_table", "awaiting_confirmation", "batch_1"),
     ]
     operations = turn_plan.replied_operations(outcomes)
     assert [o.operation_id for o in operations] == ["op_1", "op_2"]

@@ -17,9 +17,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
-from libs.admission import ELSEWHERE, Outcome, ToolCall
+from libs.admission import ELSEWHERE, AdmissionOutcome, ToolCall
 from libs.domain import DeliveryState, OperationState, SessionState
-from libs.domain.channel import OperationFacts, Verdict, stale_after_turn
+from libs.domain.channel import OperationFacts
+from libs.domain.relevance import Verdict, stale_after_turn
 from libs.events import Envelope, RepliedOperation, TurnReplied
 from libs.events.interaction import Channel
 from libs.models.interface import AdmissionNote, PendingUpdate, ToolSpec, TurnReply, TurnRequest
@@ -144,7 +145,7 @@ def plan_turn(
     return TurnPlan(reply, tuple(actions), updates, None)
 
 
-def undone(results: Sequence[tuple[Action, Outcome]]) -> dict[str, str]:
+def undone(results: Sequence[tuple[Action, AdmissionOutcome]]) -> dict[str, str]:
     """The operations this turn started undoing, each with its compensation.
 
     A refused undo answers with the operation itself; a started one with its compensation.
@@ -160,7 +161,7 @@ def stale_updates(
     session_id: str,
     updates: Sequence[PendingUpdate],
     delivery_of: Callable[[str], DeliveryState | None],
-    outcomes: Sequence[Outcome],
+    outcomes: Sequence[AdmissionOutcome],
     undone_by: Mapping[str, str],
 ) -> tuple[list[PendingUpdate], list[tuple[str, Verdict]]]:
     """The pending updates still worth saying, and the refusal of each one made stale.
@@ -195,7 +196,7 @@ def stale_updates(
 
 
 def admission_note(
-    outcome: Outcome, state: OperationState | None, session_id: str, label: Label
+    outcome: AdmissionOutcome, state: OperationState | None, session_id: str, label: Label
 ) -> AdmissionNote:
     """What the model is told about one outcome, to word the acceptance."""
     if state is not None and state.session_id != session_id and outcome.reason != ELSEWHERE:
@@ -232,7 +233,7 @@ def reply_text(text: str, attached: Sequence[PendingUpdate], reply: TurnReply | 
     return with_updates(text, attached, reply.attached if reply is not None else ())
 
 
-def replied_operations(outcomes: Sequence[Outcome]) -> tuple[RepliedOperation, ...]:
+def replied_operations(outcomes: Sequence[AdmissionOutcome]) -> tuple[RepliedOperation, ...]:
     """Admission's answer per operation, as the reply records it (for a repeat's answer)."""
     return tuple(
         RepliedOperation(

@@ -38,13 +38,13 @@ from datetime import timedelta
 from typing import Any, Literal
 
 from libs import metrics
-from libs.admission import Admission, LoadView, Outcome, TurnContext
+from libs.admission import Admission, AdmissionOutcome, LoadView, TurnContext
 from libs.bus import ConcurrencyConflict, Context, append
 from libs.clock import Clock, Ids
 from libs.crash import pause_point
 from libs.domain import SessionState
-from libs.domain.channel import Verdict, refusal_events
 from libs.domain.delivery import OPEN, DeliveryStatus
+from libs.domain.relevance import Verdict, refusal_events
 from libs.events import (
     DELIVERIES,
     INTERACTION,
@@ -249,7 +249,7 @@ class Turns:
         if reply is not None and reply.calls and request.review is not None:
             question = request.review([(c.tool, c.arguments) for c in reply.calls])
         plan = turn_plan.plan_turn(model_request, reply, self._clock.now(), question=question)
-        outcomes: list[Outcome] = []
+        outcomes: list[AdmissionOutcome] = []
         if plan.reply is None:
             attached = await self._attach(session_id, turn_id, plan.updates)
             text = turn_plan.reply_text(plan.apology or "", attached, None)
@@ -386,9 +386,9 @@ class Turns:
 
     async def _act(
         self, ctx: TurnContext, actions: Sequence[turn_plan.Action]
-    ) -> list[tuple[turn_plan.Action, Outcome]]:
+    ) -> list[tuple[turn_plan.Action, AdmissionOutcome]]:
         """Put the planned actions through admission, in order, each with its outcomes."""
-        results: list[tuple[turn_plan.Action, Outcome]] = []
+        results: list[tuple[turn_plan.Action, AdmissionOutcome]] = []
         for action in actions:
             match action:
                 case turn_plan.Cancel(operation_id):
@@ -422,7 +422,7 @@ class Turns:
             metrics.STALE_DELIVERIES.inc()
 
     async def _acceptance(
-        self, request: TurnRequest, reply: TurnReply, outcomes: Sequence[Outcome]
+        self, request: TurnRequest, reply: TurnReply, outcomes: Sequence[AdmissionOutcome]
     ) -> str:
         if not outcomes:
             return reply.text
@@ -466,7 +466,7 @@ class Turns:
         *,
         response_id: str,
         text: str,
-        outcomes: Sequence[Outcome],
+        outcomes: Sequence[AdmissionOutcome],
         attached: Sequence[PendingUpdate],
         cause: str,
     ) -> None:

@@ -1,0 +1,135 @@
+"""The `[tools.http]` table of a tools-file entry → the `HttpSpec` its executor runs on.
+
+Endpoints, the lookup a lost answer needs, retryable statuses, the states of a polled
+answer and signed callbacks, each checked with a message naming the field (§7b).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from .file_entry import FileEntry, read_table, read_typed, with_env
+from .http import DEFAULT_RETRYABLE, Callbacks, Endpoint, HttpSpec, States
+from .templates import Template, TemplateError
+
+_METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
+_HEADER = re.compile(r"^[A-Za-z0-9-]{1,64}$")
+_HTTP = frozenset({"execute", "lookup", "cancel", "retryable", "id_field", "status", "callback"})
+_STATUS = frozenset({"field", "pending", "failed", "cancelled"})
+_CALLBACK = frozenset(
+    {"secret_env", "signature_header", "timestamp_header", "key_field", "result_field"}
+)
+
+
+def _endpoint(
+    entry: FileEntry, raw: Any, field: str, allowed: set[str], *, mutation: bool
+) -> Endpoint:
+    keys = {"method", "url"} | ({"idempotency_header"} if mutation else set())
+    table = read_table(entry, raw, field, frozenset(keys))
+    method = str(table.get("method", "POST" if mutation else "GET")).upper()
+    if method not in _METHODS:
+        raise entry.error(
+            f"{field}.method", f"{method!r} is not one of {', '.join(sorted(_METHODS))}"
+        )
+    url = table.get("url")
+    if not isinstance(url, str) or not url:
+        raise entry.error(f"{field}.url", "required")
+    try:
+        template = Template(with_env(entry, f"{field}.url", url))
+    except TemplateError as exc:
+        raise entry.error(f"{field}.url", str(exc)) from None
+    if not template.text.startswith(("http://", "https://")):
+        raise entry.error(f"{field}.url", "must be an absolute http:// or https:// URL")
+    unknown = template.unknown(allowed, result=field.endswith("cancel"))
+    if unknown:
+        raise entry.error(f"{field}.url", f"{{{unknown[0]}}} is not an argument of the tool")
+    header = table.get("idempotency_header", "Idempotency-Key") if mutation else None
+    if header is not None and (not isinstance(header, str) or not _HEADER.match(header)):
+        raise entry.error(f"{field}.idempotency_header", "must be a header name")
+    return Endpoint(method, template, header)
+
+
+def _strings(
+    entry: FileEntry, raw: Mapping[str, Any], field: str, default: frozenset[str]
+) -> frozenset[str]:
+    value = raw.get(field)
+    if value is None:
+        return default
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise entry.error(field, "must be a list of strings")
+    return frozenset(v.lower() for v in value)
+
+
+def http_spec(entry: FileEntry, raw: Any, arguments: set[str], decl: Mapping[str, Any]) -> HttpSpec:
+    if raw is None:
+        raise entry.error("http", "required: [tools.http] with execute and lookup")
+    table = read_table(entry, raw, "http", _HTTP)
+    if "execute" not in table:
+        raise entry.error("http.execute", "required")
+    execute = _endpoint(entry, table["execute"], "http.execute", arguments, mutation=True)
+    keyed = arguments | {"idempotency_key"}
+    lookup = cancel = None
+    if "lookup" in table:
+        lookup = _endpoint(entry, table["lookup"], "http.lookup", keyed, mutation=False)
+        if "idempotency_key" not in lookup.url.fields:
+            raise entry.error("http.lookup.url", "must contain {idempotency_key}")
+    elif not decl.get("read_only", False):
+        raise entry.error(
+            "http.lookup", "required: a lost answer is looked up before anything is sent again"
+        )
+    if "cancel" in table:
+        cancel = _endpoint(entry, table["cancel"], "http.cancel", keyed, mutation=True)
+    if decl.get("cancellable", False) and cancel is None:
+        raise entry.error("http.cancel", "required when cancellable = true")
+    retryable = table.get("retryable", sorted(DEFAULT_RETRYABLE))
+    if not isinstance(retryable, list) or not all(
+        isinstance(s, int) and 400 <= s <= 599 for s in retryable
+    ):
+        raise entry.error("http.retryable", "must be a list of HTTP statuses 400-599")
+    states = States()
+    if "status" in table:
+        st = read_table(entry, table["status"], "http.status", _STATUS)
+        states = States(
+            field=read_typed(entry, st, "field", str, states.field),
+            pending=_strings(entry, st, "pending", states.pending),
+            failed=_strings(entry, st, "failed", states.failed),
+            cancelled=_strings(entry, st, "cancelled", states.cancelled),
+        )
+    callbacks = None
+    if "callback" in table:
+        cb = read_table(entry, table["callback"], "http.callback", _CALLBACK)
+        secret_env = cb.get("secret_env")
+        if not isinstance(secret_env, str) or not secret_env:
+            raise entry.error(
+                "http.callback.secret_env", "required: the variable holding the secret"
+            )
+        secret = os.environ.get(secret_env, "")
+        if not secret:
+            raise entry.error(
+                "http.callback.secret_env", f"environment variable {secret_env} is not set"
+            )
+        header = cb.get("signature_header")
+        if not isinstance(header, str) or not _HEADER.match(header):
+            raise entry.error("http.callback.signature_header", "required: a header name")
+        stamp = cb.get("timestamp_header")
+        if stamp is not None and (not isinstance(stamp, str) or not _HEADER.match(stamp)):
+            raise entry.error("http.callback.timestamp_header", "must be a header name")
+        callbacks = Callbacks(
+            secret=secret.encode(),
+            signature_header=header,
+            timestamp_header=stamp,
+            key_field=read_typed(entry, cb, "key_field", str, "idempotency_key"),
+            result_field=read_typed(entry, cb, "result_field", str, ""),
+        )
+    return HttpSpec(
+        execute=execute,
+        lookup=lookup,
+        cancel=cancel,
+        retryable=frozenset(retryable),
+        states=states,
+        id_field=read_typed(entry, table, "id_field", str, "id"),
+        callbacks=callbacks,
+    )
