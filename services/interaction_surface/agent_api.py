@@ -22,7 +22,7 @@ from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.websockets import WebSocketDisconnect
 
-from libs.agent_frames import (
+from holdline.client.frames import (
     CLIENT_FRAME,
     AckedFrame,
     AckStatus,

@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from fastapi import WebSocket
 
 from libs import metrics
-from libs.agent_frames import DeliverySayFrame, Fact, ServerFrame, encode
+from holdline.client.frames import DeliverySayFrame, Fact, ServerFrame, encode
 from libs.bus import ConcurrencyConflict
 from libs.domain import DeliveryState
 from libs.domain.channel import not_allowed
