@@ -27,13 +27,15 @@ from libs.events import AgentHandedOff, SessionClosed, SessionOpened, UserActivi
 from libs.json_response import JSONResponse
 from libs.problems import problem
 
-from ..api import ProblemError, Surface, deny, documented_problems, request_body
 from ..auth import api_key_ok, hash_token, new_token
-from ..diagnosis import diagnose
-from ..projections import ERASED, decode_cursor
-from ..snapshot import build_snapshot, causal_order, timeline_item
-from ..stream import SessionStream
-from .turns import TurnBusy, TurnInput, TurnPending
+from ..core.diagnosis import diagnose
+from ..core.http import ProblemError, deny, documented_problems, request_body
+from ..core.session_log import ERASED, decode_cursor
+from ..core.snapshot import build_snapshot, causal_order, timeline_item
+from ..core.surface import Surface
+from .stream import SessionStream
+from .turn_log import TurnBusy, TurnPending
+from .turns import TurnInput
 
 log = logging.getLogger(__name__)
 

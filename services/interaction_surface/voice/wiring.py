@@ -15,10 +15,11 @@ from libs.domain import SessionState
 from libs.domain.operation import OpStatus
 from libs.events import InteractionEvent
 
-from ..api import Surface
-from ..chat.deliveries import DeliveryExecutor
 from ..chat.turns import TurnInput
+from ..core.surface import Surface
+from ..delivery.executor import DeliveryExecutor
 from .call import CallRegistry, Review, SpeechPorts
+from .channel import CallChannel
 from .engines.base import SpeechError, SpeechToText, TextToSpeech, synthesize
 from .engines.deepgram import DeepgramStt, DeepgramTts
 from .engines.espeak import EspeakTts
@@ -71,6 +72,7 @@ def install_voice(
         clock=surface.clock,
         ids=surface.ids,
         ownership=ownership,
+        # The executor says on the call whatever is handed over for its session.
         on_attach=executor.watch,
         default_tenant=surface.settings.default_tenant,
         trust=settings.trust,
@@ -151,7 +153,7 @@ async def start_ownership(
 
 
 async def start_voice(
-    telephony: Telephony, surface: Surface, executor: DeliveryExecutor
+    telephony: Telephony, surface: Surface, executor: DeliveryExecutor, channel: CallChannel
 ) -> VoiceStarted:
     """Engines, buckets and the turn hook, once the surface's turns exist.
 
@@ -200,7 +202,7 @@ async def start_voice(
 
     async def settle_attached(_session_id: str, ids: tuple[str, ...], settled: Settled) -> None:
         for delivery_id in ids:
-            await executor.settle_voice(delivery_id, settled, write=False, within_reply=True)
+            await channel.settle_voice(delivery_id, settled, write=False, within_reply=True)
 
     def delivery_texts(ids: tuple[str, ...]) -> dict[str, str]:
         states = (surface.view.deliveries.get(d) for d in ids)
