@@ -280,6 +280,13 @@ class SurfaceView:
         found.turn_channels.clear()
         found.replies.clear()
 
+    def receive(self, context: Context, env: Envelope[Any], seq: int) -> None:
+        """One event of a stream, in order: folded (`apply`), and the stream applied up to it
+        (`wait_applied` returns), as a follower does with each message; a fast test's
+        in-memory store feeds the view through it."""
+        self.apply(context, env, seq)
+        self._advance(context, seq)
+
     def _advance(self, context: Context, seq: int) -> None:
         if seq <= self.applied[context]:
             return
