@@ -176,8 +176,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             Context.BATCHES,
             Context.DELIVERIES,
         ),
-        # Asked for at start-up, once the delivery executor below (which takes the runtime)
-        # exists.
+        # Asked for at start-up, once the delivery executor below exists.
         consumers=lambda: (
             consumes(
                 Context.DELIVERIES,

@@ -26,6 +26,7 @@ from libs.events import (
     Envelope,
 )
 from libs.events.deliveries import Decision
+from services.interaction_surface.delivery.channel import sent_event
 from services.interaction_surface.delivery.routing import (
     ACTED_ON,
     NOTHING,
@@ -34,7 +35,6 @@ from services.interaction_surface.delivery.routing import (
     Report,
     question,
     route,
-    sent_event,
 )
 from services.interaction_surface.voice.channel import lost_reason
 

@@ -23,7 +23,8 @@ from libs.events import DeliveryDelivered
 
 from ..core.view import SurfaceView
 from ..core.writes import SurfaceWrites
-from ..delivery.routing import Reach, sent_event
+from ..delivery.channel import sent_event
+from ..delivery.routing import Reach
 
 
 class TurnStillOpen(Exception):

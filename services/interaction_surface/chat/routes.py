@@ -4,8 +4,9 @@ activity, handoff.
 `POST /v1/sessions` needs the tenant's `X-Api-Key` when the tenant has keys; every other
 route is a session's (bearer token, or `?token=` on the stream) and is checked by the
 shared `Surface` (`core/surface.py`, `core/http.py`): body limits, strict decoding, tokens,
-expiry and rate limits are the same for chat, voice and the Agent API. `DELETE /v1/sessions/{id}` closes and erases
-a session: afterwards it answers 404 like any session that does not exist.
+expiry and rate limits are the same for chat, voice and the Agent API.
+`DELETE /v1/sessions/{id}` closes and erases a session: afterwards it answers 404 like any
+session that does not exist.
 """
 
 from __future__ import annotations

@@ -17,9 +17,10 @@ channel right now (a call playing it): nobody executes it meanwhile.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Literal, Protocol
 
 from libs.domain import DeliveryState
+from libs.events import DeliverySent
 
 from .routing import Reach
 
@@ -73,3 +74,11 @@ class Watched(Protocol):
     def closed(self) -> bool:
         """Whether the connection has ended."""
         ...
+
+
+def sent_event(state: DeliveryState, channel: Literal["chat", "voice"]) -> DeliverySent:
+    """How a handed-over delivery is marked sent on its channel."""
+    mode: Literal["interrupt", "proactive"] = (
+        "interrupt" if state.decision == "interrupt" else "proactive"
+    )
+    return DeliverySent(mode=mode, channel=channel)

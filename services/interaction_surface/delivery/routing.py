@@ -85,11 +85,3 @@ def route(state: DeliveryState, reports: Sequence[Report]) -> Step:
         elif asked == "sent" and report.holds_sent:
             return Step(Act.SETTLE, index)
     return NOTHING
-
-
-def sent_event(state: DeliveryState, channel: Literal["chat", "voice"]) -> DeliverySent:
-    """How a handed-over delivery is marked sent on its channel."""
-    mode: Literal["interrupt", "proactive"] = (
-        "interrupt" if state.decision == "interrupt" else "proactive"
-    )
-    return DeliverySent(mode=mode, channel=channel)

@@ -40,8 +40,8 @@ from libs.events import (
 from ..core.session_log import Entry
 from ..core.view import SurfaceView
 from ..core.writes import SurfaceWrites
-from ..delivery.channel import LookAgain
-from ..delivery.routing import Reach, sent_event
+from ..delivery.channel import LookAgain, sent_event
+from ..delivery.routing import Reach
 from .ownership import CallOwnership
 from .playback import Settled, carried_heard
 from .registry import CallRegistry
