@@ -24,6 +24,7 @@ from libs.bus import (
     Topology,
 )
 from libs.clock import ManualClock, SequentialIds
+from libs.config import BusSettings
 from libs.domain import DeliveryState
 from libs.domain.delivery import DeliveryStatus
 from libs.events import (
@@ -34,16 +35,27 @@ from libs.events import (
     DeliveryEvent,
     DeliveryReady,
     DeliverySent,
+    DeliveryUnheard,
     Envelope,
     EventCodec,
     SessionOpened,
+    SpeechStarted,
+    SpeechStopped,
     TurnReplied,
 )
+from libs.service import Runtime
+from services.interaction_surface.chat.channel import ChatChannel
+from services.interaction_surface.core.http import ProblemError
+from services.interaction_surface.core.surface import Surface
 from services.interaction_surface.core.view import SurfaceView
 from services.interaction_surface.core.writes import SurfaceWrites
 from services.interaction_surface.delivery.channel import Channel, LookAgain
 from services.interaction_surface.delivery.executor import DeliveryExecutor
 from services.interaction_surface.delivery.routing import Reach
+from services.interaction_surface.settings import Settings
+from services.interaction_surface.voice.channel import CallChannel
+from services.interaction_surface.voice.ownership import CallOwnership
+from services.interaction_surface.voice.registry import CallRegistry
 
 pytestmark = pytest.mark.fast
 
@@ -314,3 +326,68 @@ async def test_a_duplicate_record_does_not_wait_for_the_view() -> None:
     found = view.log("s1")
     assert found is not None
     assert "d1" not in found.written
+
+
+# --------------------------------------------------------------------------- real channels
+
+
+async def test_chat_sends_writes_the_message_once_and_marks_it_delivered() -> None:
+    view, store, writes = await _world()
+    await _delivery(store, "d1", HANDED_OVER)
+    calls = CallChannel(
+        view, writes, CallRegistry(), CallOwnership("surface_1", 10.0),
+        clock=ManualClock(NOW), ids=SequentialIds(),
+    )
+    chat = ChatChannel(view, writes, clock=ManualClock(NOW), turn_timeout_s=1.0)
+    executor = DeliveryExecutor(view, (calls, chat))
+    await executor.execute("d1")
+    await executor.execute("d1")  # a redelivery finds it settled
+    state = view.deliveries.get("d1")
+    assert state is not None
+    assert state.status is DeliveryStatus.DELIVERED
+    found = view.log("s1")
+    assert found is not None
+    messages = [e for e in found.entries if isinstance(e.envelope.event, TurnReplied)]
+    assert [m.envelope.delivery_id for m in messages] == ["d1"]
+
+
+async def test_a_delivery_sent_on_a_call_that_ended_goes_back_unheard() -> None:
+    view, store, writes = await _world()
+    await _delivery(store, "d1", HANDED_OVER, DeliverySent(mode="proactive", channel="voice"))
+    calls = CallChannel(
+        view, writes, CallRegistry(), CallOwnership("surface_1", 10.0),
+        clock=ManualClock(NOW), ids=SequentialIds(),
+    )
+    chat = ChatChannel(view, writes, clock=ManualClock(NOW), turn_timeout_s=1.0)
+    # Chat would finish any send: the call channel, first, holds this one.
+    await DeliveryExecutor(view, (calls, chat)).execute("d1")
+    state = view.deliveries.get("d1")
+    assert state is not None
+    assert state.status is not DeliveryStatus.DELIVERED
+    found = view.log("s1")
+    assert found is not None
+    events = [e.envelope.event for e in found.entries]
+    assert [e.reason for e in events if isinstance(e, DeliveryUnheard)] == ["call_ended"]
+
+
+async def test_a_session_write_that_keeps_losing_is_a_409() -> None:
+    view, store, writes = await _world(retry=2)
+    surface = Surface(
+        runtime=Runtime(name="fast", settings=BusSettings(prefix="fast"), publishes=()),
+        view=view, settings=Settings.from_env(), writes=writes, clock=ManualClock(NOW),
+        ids=SequentialIds(),
+    )
+    done = await surface.append_interaction("s1", SpeechStarted(stream_ms=0), expect=True)
+    last = await store.last_seq("memory", TOPOLOGY.session_subject("s1"))
+    assert view.log("s1").session_seq == last  # type: ignore[union-attr]
+    assert done.event == SpeechStarted(stream_ms=0)
+    store.silent = True
+    await store.append(
+        INTERACTION, TOPOLOGY.session_subject("s1"), _env(SpeechStopped(stream_ms=0), None, "x")
+    )
+    store.silent = False
+    with pytest.raises(ProblemError) as refused:
+        await surface.append_interaction("s1", SpeechStopped(stream_ms=0), expect=True)
+    assert refused.value.status == 409
+    # Unguarded, it is written whatever the view's sequence.
+    await surface.append_interaction("s1", SpeechStopped(stream_ms=0), expect=False)
