@@ -30,7 +30,7 @@ import msgspec
 
 from devtools import consumer_table
 from devtools.declared import Declared, declared
-from libs import agent_frames
+from holdline.client import frames as agent_frames
 from libs.bus.deadletter import DeadLetter
 from libs.bus.topology import Context, Topology, event_kind
 from libs.events import (
@@ -54,7 +54,7 @@ CONTENT_TYPE: Final = "application/json"
 
 PROTO_DIR: Final = Path(__file__).resolve().parent.parent / "proto"
 ASYNCAPI_FILE: Final = "asyncapi.json"
-# The Agent API's WebSocket (libs.agent_frames): a channel of its own, not a bus subject.
+# The Agent API's WebSocket (holdline.client.frames): a channel of its own, not a bus subject.
 AGENT_ASYNCAPI_FILE: Final = "agent-asyncapi.json"
 SCHEMAS_DIR: Final = "schemas"
 

@@ -32,7 +32,7 @@ from libs.events import (
 )
 from libs.operator.rebuild import rebuild
 from libs.tools import ToolRegistry, default_registry
-from services.interaction_surface.snapshot import (
+from services.interaction_surface.core.snapshot import (
     batch_view,
     delivery_view,
     message_view,

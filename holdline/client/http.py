@@ -8,6 +8,7 @@ import httpx
 import msgspec
 
 from ._closing import AsyncClosing
+from .frames import lenient
 from .models import (
     AckResult,
     AckStatus,
@@ -121,7 +122,7 @@ class SessionClient:
 
     async def _call(self, method: str, tail: str, kind: type[T], **options: Any) -> T:
         data = await self.client.request(method, self._path(tail), token=self.token, **options)
-        return msgspec.convert(data, kind)
+        return lenient(data, kind, strict=True)
 
     async def tools(self, format: ToolFormat = "openai") -> list[dict[str, Any]]:
         """The active agent's tools as function definitions for a model SDK."""

@@ -1,5 +1,11 @@
-"""The Agent API's messages as typed structs (docs/contract.md §6b); decoding is strict on types and
-tolerant of fields a newer server adds."""
+"""The Agent API's HTTP messages as typed structs (docs/contract.md §6b); decoding is strict on
+types and tolerant of fields a newer server adds (`frames.lenient`).
+
+The WebSocket frames are defined once, in `frames.py` (the server encodes and decodes the very
+same structs); the names an agent reads them by are aliases of those: `DeliverySay` is the
+`delivery.say` frame, `AckResult` the `delivery.acked` frame (also the HTTP ack's answer),
+`Fact` one fact of a closing.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +13,29 @@ from typing import Any, Literal
 
 import msgspec
 
-AckStatus = Literal["started", "spoken", "unheard", "attached"]
+from .frames import AckedFrame, AckStatus, DeliverySayFrame, Fact
+
+# The frames, by the names the client has always exported them under.
+DeliverySay = DeliverySayFrame
+AckResult = AckedFrame
+
+__all__ = [
+    "AckResult",
+    "AckStatus",
+    "DeliverySay",
+    "Fact",
+    "HoldlineError",
+    "OperationRef",
+    "PendingDelivery",
+    "PendingUpdates",
+    "ToolCall",
+    "ToolCallResult",
+    "ToolCallsResponse",
+    "ToolFormat",
+    "ack_body",
+    "signal_body",
+]
+
 ToolFormat = Literal["openai", "anthropic", "json-schema"]
 
 
@@ -44,27 +72,6 @@ class ToolCallsResponse(msgspec.Struct, frozen=True, kw_only=True):
     results: list[ToolCallResult]
 
 
-class Fact(msgspec.Struct, frozen=True, kw_only=True):
-    """What one operation of a closing came to, for the agent's own model to phrase."""
-
-    operation_id: str
-    tool: str
-    status: str
-    summary: str
-
-
-class DeliverySay(msgspec.Struct, frozen=True, kw_only=True):
-    """holdline asks the agent to say `text` now (`interrupt`: even over the user)."""
-
-    seq: int
-    delivery_id: str
-    batch_id: str | None
-    text: str
-    facts: list[Fact] = msgspec.field(default_factory=list)
-    priority: Literal["normal", "urgent"] = "normal"
-    interrupt: bool = False
-
-
 class PendingDelivery(msgspec.Struct, frozen=True, kw_only=True):
     """An update that found no proactive window: fold it into the next model call."""
 
@@ -78,15 +85,6 @@ class PendingUpdates(msgspec.Struct, frozen=True, kw_only=True):
 
     deliveries: list[PendingDelivery]
     context: str
-
-
-class AckResult(msgspec.Struct, frozen=True, kw_only=True):
-    """The server's confirmation that an acknowledgement is recorded."""
-
-    delivery_id: str
-    status: AckStatus
-    # The delivery's status after the acknowledgement (`spoken`, `pending`, ...).
-    delivery_status: str
 
 
 class HoldlineError(Exception):

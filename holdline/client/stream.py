@@ -24,6 +24,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus, WebSocketException
 
 from ._closing import AsyncClosing
+from .frames import lenient
 from .models import AckResult, AckStatus, DeliverySay, HoldlineError, ack_body, signal_body
 
 if TYPE_CHECKING:
@@ -257,7 +258,7 @@ class AgentStream(AsyncClosing):
 
     async def _on_say(self, ws: ClientConnection, frame: dict[str, Any]) -> None:
         try:
-            say = msgspec.convert(frame, DeliverySay, strict=False)
+            say = lenient(frame, DeliverySay)
         except msgspec.ValidationError:
             log.warning("agent stream: undecodable delivery.say %r", frame)
             return
@@ -272,7 +273,7 @@ class AgentStream(AsyncClosing):
 
     def _on_acked(self, frame: dict[str, Any]) -> None:
         try:
-            result = msgspec.convert(frame, AckResult, strict=False)
+            result = lenient(frame, AckResult)
         except msgspec.ValidationError:
             return
         key = (result.delivery_id, result.status)

@@ -1,4 +1,10 @@
-"""interaction-surface: the only component that speaks to users.
+"""interaction-surface: the only component that speaks to users; its composition root.
+
+`create_app` builds every part once, in dependency order, and passes each what it needs:
+the live view and the one write path over it (`core/`), the three delivery channels (a
+call, an external agent, chat: the routing order, chat last as the fallback) and the
+delivery executor over them (`delivery/`), then the channels' routes. Only what needs the
+broker connection waits for it (`start_parts`, `start_voice`).
 
 Start-up: connect and declare (Runtime), follow the five event streams into the live view
 and the operations stream into admission's load view, wait until both caught up, then
@@ -9,6 +15,7 @@ picture.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
@@ -29,17 +36,27 @@ from libs.problems import install_problem_handlers
 from libs.service import Runtime, consumes, create_service_app
 from libs.tools import ToolRegistry, default_registry
 
-from .agent_api import AGENT_BODIES, AgentApi, add_agent_routes
-from .agent_channel import AgentChannel
-from .api import Started, Surface, add_demo_routes, install
-from .chat.deliveries import DeliveryExecutor
+from .agent.acks import AgentAcks
+from .agent.bodies import AGENT_BODIES
+from .agent.channel import AgentChannel
+from .agent.connections import AgentRegistry
+from .agent.records import AgentRecords
+from .agent.routes import AgentApi, add_agent_routes
+from .agent.socket import add_agent_socket
+from .agent.tool_calls import ToolCalls
+from .chat.channel import ChatChannel
 from .chat.routes import BODIES, add_chat_routes
-from .chat.routing import ACTED_ON
 from .chat.turns import Turns
-from .projections import SurfaceView
+from .core.demo import add_demo_routes
+from .core.http import install
+from .core.surface import Started, Surface
+from .core.view import SurfaceView
+from .core.writes import ConnectedStore, SurfaceWrites
+from .delivery.executor import DeliveryExecutor
+from .delivery.routing import ACTED_ON
 from .settings import Settings
-from .tool_calls import ToolCalls
 from .voice.call import CallRegistry
+from .voice.channel import CallChannel
 from .voice.ownership import CallOwnership
 from .voice.wiring import install_voice, start_voice
 
@@ -80,8 +97,8 @@ def start_parts(
         timings=runtime.timings,
     )
     turns = Turns(
-        runtime=runtime,
         view=surface.view,
+        writes=surface.writes,
         admission=admission,
         load_view=load_view,
         model=model,
@@ -96,6 +113,42 @@ def start_parts(
         tool_calls=ToolCalls(surface, admission, registry),
         http=httpx.AsyncClient(base_url=surface.settings.provider_url, timeout=5.0),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class DeliveryParts:
+    """The delivery executor over its channels, and what the routes take of them."""
+
+    executor: DeliveryExecutor
+    call: CallChannel
+    agent_api: AgentApi
+
+
+def delivery_parts(
+    surface: Surface, calls: CallRegistry, ownership: CallOwnership
+) -> DeliveryParts:
+    """The three delivery channels and the executor over them, in dependency order.
+
+    The routing order is the channels' order: a call held here (or by another live surface),
+    an external agent, then chat, which takes whatever the others do not.
+    """
+    view, writes, clock, ids = surface.view, surface.writes, surface.clock, surface.ids
+    call_channel = CallChannel(view, writes, calls, ownership, clock=clock, ids=ids)
+    agents = AgentRegistry()
+    records = AgentRecords(view, writes, clock=clock, ids=ids)
+    agent_channel = AgentChannel(surface, writes, records, agents, ownership=ownership)
+    chat_channel = ChatChannel(
+        view, writes, clock=clock, turn_timeout_s=surface.settings.turn_timeout_s
+    )
+    executor = DeliveryExecutor(view, (call_channel, agent_channel, chat_channel))
+    agent_api = AgentApi(
+        surface=surface,
+        channel=agent_channel,
+        acks=AgentAcks(surface, writes, records, agents),
+        records=records,
+        executor=executor,
+    )
+    return DeliveryParts(executor=executor, call=call_channel, agent_api=agent_api)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -123,8 +176,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             Context.BATCHES,
             Context.DELIVERIES,
         ),
-        # Asked for at start-up, once the delivery executor below (which takes the runtime)
-        # exists.
+        # Asked for at start-up, once the delivery executor below exists.
         consumers=lambda: (
             consumes(
                 Context.DELIVERIES,
@@ -136,18 +188,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ),
         ),
     )
-    surface = Surface(runtime=runtime, view=view, settings=settings, clock=clock, ids=ids)
+    # The one write path: repositories over the runtime's event store, reading the view.
+    writes = SurfaceWrites(view, ConnectedStore(runtime), runtime.topology, clock=clock, ids=ids)
+    surface = Surface(
+        runtime=runtime, view=view, settings=settings, writes=writes, clock=clock, ids=ids
+    )
     # Calls and agent connections are owned in one bucket (same owner, same owner-lost
     # sweep); it opens when voice starts.
     ownership = CallOwnership(ids.new("surface"), voice_settings.call_owner_ttl_s)
-    # The Agent API's channel settles what it pushes through the same executor, and the
-    # executor pushes handed-over deliveries to that channel: a cycle, closed by the
-    # channel looking the executor up when it first needs it.
-    channel = AgentChannel(surface, executor=lambda: executor, ownership=ownership)
-    executor = DeliveryExecutor(
-        runtime, view, settings, calls, clock=clock, ids=ids, agent=channel, ownership=ownership
-    )
-    agent_api = AgentApi(surface, channel)
+    delivery = delivery_parts(surface, calls, ownership)
+    executor, call_channel, agent_api = delivery.executor, delivery.call, delivery.agent_api
     model = conversation_model(settings.model_modules, settings.model)
 
     async def on_start() -> None:
@@ -160,7 +210,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
         metrics.initialise_deliveries()
         surface.started = start_parts(runtime, surface, load_view, registry, model)
-        telephony.started = await start_voice(telephony, surface, executor)
+        telephony.started = await start_voice(telephony, surface, executor, call_channel)
 
     async def on_stop() -> None:
         if telephony.started is not None:
@@ -186,6 +236,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.demo:
         add_demo_routes(app.router, surface)
     add_agent_routes(app.router, agent_api)
+    add_agent_socket(app.router, agent_api)
     telephony = install_voice(
         app, surface, calls, settings=voice_settings, ownership=ownership, executor=executor
     )

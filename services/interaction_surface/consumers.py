@@ -31,7 +31,7 @@ from libs.events import (
 )
 from libs.roles import ConsumerDeclaration, Publication
 
-from .chat.routing import ACTED_ON
+from .delivery.routing import ACTED_ON
 
 SERVICE: Final = "interaction-surface"
 

@@ -15,7 +15,7 @@ from harness.surface import SurfaceStack, effects, eventually, fault, unique
 from libs.bus import Context, Topology, connect
 from libs.config import BusSettings
 from libs.events import INTERACTION, OPERATIONS
-from services.interaction_surface.projections import SurfaceView
+from services.interaction_surface.core.view import SurfaceView
 
 from .conftest import assert_problem, open_session, ws_status
 from .stored import stored_messages

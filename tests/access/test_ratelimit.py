@@ -9,7 +9,7 @@ import httpx
 import pytest
 
 from harness.surface import Chat
-from services.interaction_surface.ratelimit import RateLimited, RateLimiter
+from services.interaction_surface.core.ratelimit import RateLimited, RateLimiter
 
 from .conftest import RATE_SESSION, RATE_TENANT, assert_problem, open_session
 

@@ -10,8 +10,8 @@ from typing import Any
 import msgspec
 from jsonschema import Draft7Validator, Draft202012Validator
 
-from libs import agent_frames
-from libs.agent_frames import AckedFrame, DeliverySayFrame, ErrorFrame, Fact, HelloFrame
+from holdline.client import frames as agent_frames
+from holdline.client.frames import AckedFrame, DeliverySayFrame, ErrorFrame, Fact, HelloFrame
 
 PROTO = Path(__file__).resolve().parents[2] / "proto"
 DOCUMENT = PROTO / "agent-asyncapi.json"

@@ -30,7 +30,7 @@ from libs.events import (
     TurnReplied,
 )
 from libs.events.codec import EventCodec
-from services.interaction_surface.projections import Entry
+from services.interaction_surface.core.session_log import Entry
 from tests.support.events import envelope
 
 _PROBE = """

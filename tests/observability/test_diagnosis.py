@@ -7,7 +7,7 @@ from typing import Any
 import httpx
 
 from harness.surface import eventually, fault, open_chat, unique
-from services.interaction_surface.diagnosis import diagnose
+from services.interaction_surface.core.diagnosis import diagnose
 
 from .conftest import ObservedStack
 

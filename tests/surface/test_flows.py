@@ -24,7 +24,7 @@ from harness.surface import (
 from libs.bus import Context, Topology, append, connect
 from libs.config import BusSettings
 from libs.events import INTERACTION, Envelope, TurnReceived
-from services.interaction_surface.chat.routing import ACTED_ON
+from services.interaction_surface.delivery.routing import ACTED_ON
 from tests.support.drained import settled
 
 # Words an acceptance must never use: the work has only started.

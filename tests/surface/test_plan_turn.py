@@ -12,9 +12,9 @@ from libs.bus import EVENT_CODECS, Context
 from libs.domain import OperationState, OpStatus
 from libs.events import Envelope, TurnReplied
 from libs.models.interface import PendingUpdate, ProposedCall, TurnReply, TurnRequest
-from services.interaction_surface.answers import claim_verdict
 from services.interaction_surface.chat import turn_plan
 from services.interaction_surface.chat.turn_plan import Admit, Cancel, Compensate, Confirm
+from services.interaction_surface.core.answers import claim_verdict
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 ops = st.text("abcdef", min_size=1, max_size=4).map(lambda s: f"op_{s}")

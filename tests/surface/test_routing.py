@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typing
-from dataclasses import replace
 from datetime import UTC, datetime
 
 from hypothesis import given, settings
@@ -27,15 +26,17 @@ from libs.events import (
     Envelope,
 )
 from libs.events.deliveries import Decision
-from services.interaction_surface.chat.routing import (
+from services.interaction_surface.delivery.channel import sent_event
+from services.interaction_surface.delivery.routing import (
     ACTED_ON,
-    Channels,
-    Route,
-    lost_reason,
-    needs_liveness,
+    NOTHING,
+    Act,
+    Reach,
+    Report,
+    question,
     route,
-    sent_event,
 )
+from services.interaction_surface.voice.channel import lost_reason
 
 deliveries = st.builds(
     DeliveryState,
@@ -52,63 +53,69 @@ deliveries = st.builds(
         ["deliver_now", "interrupt", "wait_for_quiet", "after_playback", "attach_next_turn"]
     ),
 )
-channels = st.builds(
-    Channels,
-    local_call=st.booleans(),
-    live_call=st.booleans(),
-    agent=st.booleans(),
-    sent_on_voice=st.booleans(),
-    sent_on_agent=st.booleans(),
+# What each channel of the executor (in its order) reports about the delivery.
+channels = st.lists(
+    st.builds(Report, reach=st.sampled_from(list(Reach)), holds_sent=st.booleans()),
+    min_size=0,
+    max_size=4,
 )
 
 
 @settings(max_examples=500, deadline=None)
 @given(deliveries, channels)
 def test_routing_never_sends_to_a_channel_the_session_does_not_have(
-    state: DeliveryState, have: Channels
+    state: DeliveryState, have: list[Report]
 ) -> None:
     step = route(state, have)
-    if step is Route.SPEAK:
-        assert have.local_call
-    if step is Route.LEAVE_TO_OWNER:
-        assert have.live_call
-        assert not have.local_call
-    if step is Route.AGENT:
-        assert have.agent
-        assert not have.local_call
-        assert not have.live_call
-    if step is Route.SETTLE_VOICE:
-        assert have.sent_on_voice
-    if step is Route.SETTLE_AGENT:
-        assert have.sent_on_agent
-        assert not have.sent_on_voice
+    if step.act is Act.NOTHING:
+        assert step.channel is None
+        return
+    assert step.channel is not None
+    chosen, before = have[step.channel], have[: step.channel]
+    if step.act is Act.HAND_OVER:
+        assert chosen.reach is Reach.TAKES
+    if step.act is Act.LEAVE_TO_OWNER:
+        assert chosen.reach is Reach.HELD_ELSEWHERE
+    if step.act in (Act.HAND_OVER, Act.LEAVE_TO_OWNER):
+        # A channel earlier in the order that reaches the session would have had it.
+        assert all(r.reach is Reach.ABSENT for r in before)
+    if step.act is Act.SETTLE:
+        assert chosen.holds_sent
+        assert not any(r.holds_sent for r in before)
 
 
 @settings(max_examples=500, deadline=None)
 @given(deliveries, channels)
 def test_only_a_handed_over_delivery_is_sent_and_only_a_sent_one_is_finished(
-    state: DeliveryState, have: Channels
+    state: DeliveryState, have: list[Report]
 ) -> None:
     step = route(state, have)
-    sending = {Route.SPEAK, Route.LEAVE_TO_OWNER, Route.AGENT, Route.CHAT}
-    finishing = {Route.SETTLE_VOICE, Route.SETTLE_AGENT, Route.FINISH_CHAT}
-    assert (step in sending) == state.handed_off
-    assert (step in finishing) == (state.status is DeliveryStatus.SENT and not state.handed_off)
+    sending = {Act.HAND_OVER, Act.LEAVE_TO_OWNER}
+    assert (step.act in sending) <= state.handed_off
+    assert (step.act is Act.SETTLE) <= (
+        state.status is DeliveryStatus.SENT and not state.handed_off
+    )
     if not state.handed_off and state.status is not DeliveryStatus.SENT:
-        assert step is Route.NOTHING
+        assert step == NOTHING
+        assert question(state) is None
+    # With chat last (it always takes a delivery and finishes any send), nothing handed
+    # over or sent is ever left without a step.
+    with_chat = [*have, Report(reach=Reach.TAKES, holds_sent=True)]
+    if state.handed_off:
+        assert route(state, with_chat).act in sending
+    elif state.status is DeliveryStatus.SENT:
+        assert route(state, with_chat).act is Act.SETTLE
 
 
 @settings(max_examples=300, deadline=None)
-@given(deliveries, channels)
-def test_a_call_held_elsewhere_is_only_looked_up_when_it_can_change_the_route(
-    state: DeliveryState, have: Channels
+@given(deliveries, channels, channels)
+def test_a_channel_after_the_one_that_answers_cannot_change_the_route(
+    state: DeliveryState, have: list[Report], later: list[Report]
 ) -> None:
-    asked = needs_liveness(state, local_call=have.local_call)
-    if not asked:
-        # The answer would not be looked up: whatever it is, the route is the same.
-        with_call = replace(have, live_call=True)
-        without = replace(have, live_call=False)
-        assert route(state, with_call) is route(state, without)
+    step = route(state, have)
+    if step.channel is not None:
+        kept = have[: step.channel + 1]
+        assert route(state, [*kept, *later]) == step
 
 
 @settings(max_examples=200, deadline=None)
@@ -166,7 +173,7 @@ def test_every_delivery_kind_is_exercised() -> None:
 @settings(max_examples=300, deadline=None)
 @given(deliveries, channels)
 def test_only_the_kinds_the_executor_hears_put_a_delivery_in_its_hands(
-    state: DeliveryState, have: Channels
+    state: DeliveryState, have: list[Report]
 ) -> None:
     """The executor's consumer is delivered `ACTED_ON` only. Every other kind, from any
     state, leads to a state with nothing to do, or leaves a step that was already there
@@ -177,8 +184,8 @@ def test_only_the_kinds_the_executor_hears_put_a_delivery_in_its_hands(
             after = delivery.evolve(start, _envelope(event))
         except IllegalDeliveryTransition:
             continue
-        if isinstance(event, ACTED_ON) or route(after, have) is Route.NOTHING:
+        if isinstance(event, ACTED_ON) or route(after, have) == NOTHING:
             continue
         assert start is not None, type(event).__name__
-        assert route(start, have) is route(after, have), type(event).__name__
+        assert route(start, have) == route(after, have), type(event).__name__
         assert (start.handed_off, start.status) == (after.handed_off, after.status)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from services.interaction_surface.session_locks import SessionLocks
+from services.interaction_surface.core.session_locks import SessionLocks
 
 
 async def test_a_caller_arriving_as_the_lock_passes_to_a_waiter_still_queues() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from libs.bus import Context
 from libs.events import SessionOpened, TurnReceived, TurnReplied
-from services.interaction_surface.projections import SurfaceView
+from services.interaction_surface.core.view import SurfaceView
 from tests.support.events import envelope
 
 pytestmark = pytest.mark.fast

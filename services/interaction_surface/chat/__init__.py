@@ -1,4 +1,4 @@
-"""The chat side of the surface: its routes (`routes.py`, docs/contract.md §6), the turn
-(`turn_plan.py` pure, `turns.py` its executor), the model's context and fallback words
-(`conversation.py`), and delivery routing (`routing.py` pure, `deliveries.py` its executor,
-shared with calls and external agents)."""
+"""The chat side of the surface: its routes (`routes.py`, docs/contract.md §6) and WebSocket
+stream (`stream.py`), the turn (`turn_plan.py` pure; `turns.py`, `turn_log.py`,
+`turn_deliveries.py` its shell), the model's context and fallback words (`conversation.py`),
+and chat as a delivery channel (`channel.py`: the executor's last channel, its fallback)."""

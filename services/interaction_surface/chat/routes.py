@@ -3,9 +3,10 @@ activity, handoff.
 
 `POST /v1/sessions` needs the tenant's `X-Api-Key` when the tenant has keys; every other
 route is a session's (bearer token, or `?token=` on the stream) and is checked by the
-shared `Surface` (`api.py`): body limits, strict decoding, tokens, expiry and rate limits
-are the same for chat, voice and the Agent API. `DELETE /v1/sessions/{id}` closes and erases
-a session: afterwards it answers 404 like any session that does not exist.
+shared `Surface` (`core/surface.py`, `core/http.py`): body limits, strict decoding, tokens,
+expiry and rate limits are the same for chat, voice and the Agent API.
+`DELETE /v1/sessions/{id}` closes and erases a session: afterwards it answers 404 like any
+session that does not exist.
 """
 
 from __future__ import annotations
@@ -27,13 +28,15 @@ from libs.events import AgentHandedOff, SessionClosed, SessionOpened, UserActivi
 from libs.json_response import JSONResponse
 from libs.problems import problem
 
-from ..api import ProblemError, Surface, deny, documented_problems, request_body
 from ..auth import api_key_ok, hash_token, new_token
-from ..diagnosis import diagnose
-from ..projections import ERASED, decode_cursor
-from ..snapshot import build_snapshot, causal_order, timeline_item
-from ..stream import SessionStream
-from .turns import TurnBusy, TurnInput, TurnPending
+from ..core.diagnosis import diagnose
+from ..core.http import ProblemError, deny, documented_problems, request_body
+from ..core.session_log import ERASED, decode_cursor
+from ..core.snapshot import build_snapshot, causal_order, timeline_item
+from ..core.surface import Surface
+from .stream import SessionStream
+from .turn_log import TurnBusy, TurnPending
+from .turns import TurnInput
 
 log = logging.getLogger(__name__)
 

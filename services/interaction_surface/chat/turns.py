@@ -22,8 +22,9 @@ admitted, the log's open turn keeps other surfaces waiting, this surface's snaps
 timeline wait for them: `recorded`); a voice turn writes them first, since its call writes
 playback and truncation events after the reply. The decisions are in `turn_plan.py`.
 
-Over 400 lines: opening the turn on the log (with the client-turn repeats) and the guarded
-delivery appends are the turn's I/O, and each needs its own conflict handling.
+Opening the turn on the log (with the client-turn repeats) is `turn_log.py`; the guarded
+delivery appends of steps 5 and 6 are `turn_deliveries.py`; every write goes through the
+surface's repositories (`core/writes.py`).
 """
 
 from __future__ import annotations
@@ -34,27 +35,14 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, Literal
 
 from libs import metrics
 from libs.admission import Admission, AdmissionOutcome, LoadView, TurnContext
-from libs.bus import ConcurrencyConflict, Context, append
 from libs.clock import Clock, Ids
 from libs.crash import pause_point
 from libs.domain import SessionState
-from libs.domain.delivery import OPEN, DeliveryStatus
-from libs.domain.relevance import Verdict, refusal_events
-from libs.events import (
-    DELIVERIES,
-    INTERACTION,
-    DeliveryAttached,
-    DeliveryDelivered,
-    DeliveryEvent,
-    Envelope,
-    TurnReceived,
-    TurnReplied,
-)
+from libs.events import Envelope, InteractionEvent, TurnReplied
 from libs.models.interface import (
     ConversationModel,
     ModelError,
@@ -62,38 +50,24 @@ from libs.models.interface import (
     TurnReply,
     TurnRequest,
 )
-from libs.service import Runtime
 from libs.tools import ToolRegistry
 
-from ..answers import WriteBehind
-from ..projections import SurfaceView
-from ..session_locks import SessionLocks
+from ..core.answers import WriteBehind
+from ..core.session_locks import SessionLocks
+from ..core.view import SurfaceView
+from ..core.writes import SurfaceWrites
 from ..settings import Settings
 from . import turn_plan
 from .conversation import fallback_acceptance, tool_spec
+from .turn_deliveries import TurnDeliveries
+from .turn_log import Repeat, TurnLog
 from .turn_plan import SessionView
 
 log = logging.getLogger(__name__)
 
-_CONFLICT_RETRIES = 50
 # How long a chat turn's record waits for its answer to be sent (a client gone before the
 # response was written never sets it).
 _SENT_WAIT_S = 1.0
-
-
-class TurnBusy(Exception):
-    """Another turn of the session is still open after waiting for it."""
-
-
-class TurnPending(Exception):
-    """A request with the same client turn id is still being answered elsewhere."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Repeat:
-    """A repeated client turn id's answer, rebuilt from its first run's reply."""
-
-    answer: dict[str, Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,8 +102,8 @@ class Turns:
     def __init__(
         self,
         *,
-        runtime: Runtime,
         view: SurfaceView,
+        writes: SurfaceWrites,
         admission: Admission,
         load_view: LoadView,
         model: ConversationModel,
@@ -138,7 +112,7 @@ class Turns:
         clock: Clock,
         ids: Ids,
     ) -> None:
-        self._rt = runtime
+        self._writes = writes
         self._clock = clock
         self._ids = ids
         self._view = view
@@ -154,6 +128,8 @@ class Turns:
         # the session's lock is held until it is written).
         self._behind = WriteBehind("turn reply")
         self._recording: dict[str, asyncio.Task[None]] = {}
+        self._log = TurnLog(view, writes, settings, clock=clock, ids=ids)
+        self._deliveries = TurnDeliveries(view, writes)
 
     # ------------------------------------------------------------------ entry point
 
@@ -166,7 +142,7 @@ class Turns:
         behind = False
         try:
             answer = await self._turn(request, turn_id)
-            if isinstance(answer, _Repeat):
+            if isinstance(answer, Repeat):
                 return answer.answer
             if request.channel == "chat":
                 # The lock passes to the write: the session's next turn starts after it.
@@ -214,10 +190,10 @@ class Turns:
 
     # ------------------------------------------------------------------ the turn
 
-    async def _turn(self, request: TurnInput, turn_id: str) -> _Answered | _Repeat:
+    async def _turn(self, request: TurnInput, turn_id: str) -> _Answered | Repeat:
         session_id = request.session.session_id
-        received_at = await self._open_turn(session_id, turn_id, request)
-        if isinstance(received_at, _Repeat):
+        received_at = await self._log.open(session_id, turn_id, request)
+        if isinstance(received_at, Repeat):
             return received_at
         found = self._view.log(session_id)
         seen = SessionView(
@@ -251,7 +227,7 @@ class Turns:
         plan = turn_plan.plan_turn(model_request, reply, self._clock.now(), question=question)
         outcomes: list[AdmissionOutcome] = []
         if plan.reply is None:
-            attached = await self._attach(session_id, turn_id, plan.updates)
+            attached = await self._deliveries.attach(session_id, turn_id, plan.updates)
             text = turn_plan.reply_text(plan.apology or "", attached, None)
         else:
             with metrics.turn_phase("admission"):
@@ -266,8 +242,8 @@ class Turns:
                     turn_plan.undone(results),
                 )
                 for delivery_id, verdict in refused:
-                    await self._refuse(session_id, turn_id, delivery_id, verdict)
-                attached = await self._attach(session_id, turn_id, live)
+                    await self._deliveries.refuse(session_id, turn_id, delivery_id, verdict)
+                attached = await self._deliveries.attach(session_id, turn_id, live)
             final_request, worded = turn_plan.reworded_reply(model_request, plan.reply, attached)
             with metrics.turn_phase("acceptance_text"):
                 text = await self._acceptance(final_request, worded, outcomes)
@@ -284,7 +260,7 @@ class Turns:
             )
             if request.channel == "chat":
                 with metrics.turn_phase("delivered"):
-                    await self._delivered(session_id, attached, turn_id)
+                    await self._deliveries.delivered(session_id, attached, turn_id)
 
         answer = turn_plan.answer(
             turn_id=turn_id,
@@ -309,81 +285,6 @@ class Turns:
             log.exception("model crashed on turn %s", request.turn_id)
         return None
 
-    async def _open_turn(
-        self, session_id: str, turn_id: str, request: TurnInput
-    ) -> str | _Repeat:
-        """Append `turn.received` once no other turn of the session is open (any process),
-        unless the request repeats a client turn id whose reply is in the log."""
-        subject = self._rt.topology.session_subject(session_id)
-        busy_deadline = time.monotonic() + self._settings.turn_wait_s
-        # A repeat waits as long as its first run may still take to answer.
-        pending_deadline = busy_deadline + self._settings.model_timeout_s
-        expiry = timedelta(seconds=self._settings.turn_timeout_s)
-        conflicts = 0
-        while True:
-            found = self._view.log(session_id)
-            seq = found.session_seq if found is not None else 0
-            repeat_of = None
-            if found is not None and request.client_turn_id is not None:
-                repeat_of = found.client_turns.get(request.client_turn_id)
-            verdict = turn_plan.opening(
-                repeat_of=repeat_of,
-                replied=found is not None and repeat_of in found.replies,
-                open_turn=found.open_turn if found is not None else None,
-                now=self._clock.now(),
-                expiry=expiry,
-            )
-            if verdict == "answered":
-                assert found is not None
-                assert repeat_of is not None
-                return _Repeat(
-                    turn_plan.answer_of_reply(
-                        found.replies[repeat_of], found.turn_channels[repeat_of]
-                    )
-                )
-            if verdict != "open":
-                deadline = busy_deadline if verdict == "wait" else pending_deadline
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    if verdict == "wait":
-                        raise TurnBusy(session_id)
-                    raise TurnPending(f"{session_id}.{request.client_turn_id}")
-                await self._view.wait_session_change(session_id, min(remaining, 0.5))
-                continue
-            env = Envelope(
-                event_id=self._ids.new("ev"),
-                occurred_at=self._clock.now(),
-                session_id=session_id,
-                turn_id=turn_id,
-                agent=request.session.agent,
-                event=TurnReceived(
-                    channel=request.channel,
-                    text=request.text,
-                    client_turn_id=request.client_turn_id,
-                ),
-            )
-            try:
-                with metrics.turn_phase("received_append"):
-                    ack = await append(
-                        self._rt.jetstream, INTERACTION, subject, env,
-                        expected_last_subject_seq=seq, timings=self._rt.timings,
-                    )
-            except ConcurrencyConflict:
-                # Someone wrote to the session since our view of it: catch up and look again
-                # (a repeat of this client turn id may be what was written). Only the
-                # interaction stream is read again (sequence, open turn, client turn ids),
-                # so only it is waited for, not the backlog of the operation streams.
-                conflicts += 1
-                if conflicts > _CONFLICT_RETRIES:
-                    raise TurnBusy(session_id) from None
-                with metrics.turn_phase("conflict_sync"):
-                    await self._view.sync(contexts=(Context.INTERACTION,))
-                continue
-            metrics.EVENTS_PUBLISHED.labels(stream="interaction").inc()
-            with metrics.turn_phase("received_applied"):
-                await self._view.wait_applied(Context.INTERACTION, ack.seq)
-            return env.event_id
-
     async def _act(
         self, ctx: TurnContext, actions: Sequence[turn_plan.Action]
     ) -> list[tuple[turn_plan.Action, AdmissionOutcome]]:
@@ -405,21 +306,6 @@ class Turns:
                     admitted = await self._admission.admit(ctx, list(calls))
                     results.extend((action, o) for o in admitted.outcomes)
         return results
-
-    async def _refuse(
-        self, session_id: str, turn_id: str, delivery_id: str, verdict: Verdict
-    ) -> None:
-        """Record a stale update's fate; if the gate got there first, its record stands."""
-        delivery = self._view.deliveries.get(delivery_id)
-        if delivery is None:
-            return
-        for event in refusal_events(delivery, verdict):
-            if not await self._append_delivery(
-                session_id, delivery_id, event, turn_id=turn_id, allowed=OPEN
-            ):
-                return
-        if verdict.stale:
-            metrics.STALE_DELIVERIES.inc()
 
     async def _acceptance(
         self, request: TurnRequest, reply: TurnReply, outcomes: Sequence[AdmissionOutcome]
@@ -443,23 +329,6 @@ class Turns:
             log.warning("model could not word the acceptance: %r", exc)
             return fallback_acceptance(notes, request.language)
 
-    async def _attach(
-        self, session_id: str, turn_id: str, updates: Sequence[PendingUpdate]
-    ) -> list[PendingUpdate]:
-        """Take each pending update for this reply; one said elsewhere meanwhile is dropped."""
-        attached: list[PendingUpdate] = []
-        for update in updates:
-            ok = await self._append_delivery(
-                session_id,
-                update.delivery_id,
-                DeliveryAttached(attached_to_turn_id=turn_id),
-                turn_id=turn_id,
-                allowed=frozenset({DeliveryStatus.PENDING, DeliveryStatus.WAITING}),
-            )
-            if ok:
-                attached.append(update)
-        return attached
-
     async def _reply(
         self,
         ctx: TurnContext,
@@ -470,7 +339,7 @@ class Turns:
         attached: Sequence[PendingUpdate],
         cause: str,
     ) -> None:
-        env = Envelope(
+        env: Envelope[InteractionEvent] = Envelope(
             event_id=self._ids.new("ev"),
             occurred_at=self._clock.now(),
             session_id=ctx.session_id,
@@ -487,68 +356,8 @@ class Turns:
                 operations=turn_plan.replied_operations(outcomes),
             ),
         )
-        subject = self._rt.topology.session_subject(ctx.session_id)
+        subject = self._writes.topology.session_subject(ctx.session_id)
         with metrics.turn_phase("replied_append"):
-            ack = await append(
-                self._rt.jetstream, INTERACTION, subject, env, timings=self._rt.timings
-            )
-        metrics.EVENTS_PUBLISHED.labels(stream="interaction").inc()
-        with metrics.turn_phase("replied_applied"):
-            await self._view.wait_applied(Context.INTERACTION, ack.seq)
+            # Waits until the view applied it (the repository's view source).
+            await self._writes.interaction.record(subject, env)
 
-    async def _delivered(
-        self, session_id: str, attached: Sequence[PendingUpdate], turn_id: str
-    ) -> None:
-        for update in attached:
-            ok = await self._append_delivery(
-                session_id,
-                update.delivery_id,
-                DeliveryDelivered(),
-                turn_id=turn_id,
-                allowed=frozenset({DeliveryStatus.SENT}),
-            )
-            if ok:
-                metrics.DELIVERIES.labels(mode="next_turn", channel="chat").inc()
-
-    async def _append_delivery(
-        self,
-        session_id: str,
-        delivery_id: str,
-        event: DeliveryEvent,
-        *,
-        turn_id: str,
-        allowed: frozenset[DeliveryStatus],
-    ) -> bool:
-        """Append to a delivery with its expected sequence, if its status still allows it."""
-        subject = self._rt.topology.delivery_subject(session_id, delivery_id)
-        for _ in range(_CONFLICT_RETRIES):
-            state = self._view.deliveries.get(delivery_id)
-            if state is None or state.status not in allowed:
-                return False
-            env = Envelope(
-                event_id=self._ids.new("ev"),
-                occurred_at=self._clock.now(),
-                session_id=session_id,
-                turn_id=turn_id,
-                batch_id=state.batch_id,
-                delivery_id=delivery_id,
-                agent=state.agent,
-                event=event,
-            )
-            try:
-                ack = await append(
-                    self._rt.jetstream,
-                    DELIVERIES,
-                    subject,
-                    env,
-                    expected_last_subject_seq=self._view.delivery_seq(delivery_id),
-                    timings=self._rt.timings,
-                )
-            except ConcurrencyConflict:
-                # The delivery's status and sequence are all that is read again.
-                await self._view.sync(contexts=(Context.DELIVERIES,))
-                continue
-            metrics.EVENTS_PUBLISHED.labels(stream="deliveries").inc()
-            await self._view.wait_applied(Context.DELIVERIES, ack.seq)
-            return True
-        return False

@@ -1,5 +1,5 @@
 // holdline demo: the "Diagnosis" card. It asks the session's timeline for its diagnosis
-// (services/interaction_surface/diagnosis.py) and shows each production question answered.
+// (services/interaction_surface/core/diagnosis.py) and shows each production question answered.
 "use strict";
 
 const DIAGNOSIS_QUESTIONS = [

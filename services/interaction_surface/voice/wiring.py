@@ -16,10 +16,11 @@ from libs.domain import SessionState
 from libs.domain.operation import OpStatus
 from libs.events import InteractionEvent
 
-from ..api import Surface
-from ..chat.deliveries import DeliveryExecutor
 from ..chat.turns import TurnInput
+from ..core.surface import Surface
+from ..delivery.executor import DeliveryExecutor
 from .call import CallRegistry, Review, SpeechPorts
+from .channel import CallChannel
 from .control_log import ControlLog, control_aggregate
 from .engines.base import SpeechError, SpeechToText, TextToSpeech, synthesize
 from .engines.deepgram import DeepgramTts
@@ -69,6 +70,7 @@ def install_voice(
         clock=surface.clock,
         ids=surface.ids,
         ownership=ownership,
+        # The executor says on the call whatever is handed over for its session.
         on_attach=executor.watch,
         default_tenant=surface.settings.default_tenant,
         trust=settings.trust,
@@ -149,7 +151,7 @@ async def start_ownership(
 
 
 async def start_voice(
-    telephony: Telephony, surface: Surface, executor: DeliveryExecutor
+    telephony: Telephony, surface: Surface, executor: DeliveryExecutor, channel: CallChannel
 ) -> VoiceStarted:
     """Engines, buckets and the turn hook, once the surface's turns exist.
 
@@ -199,7 +201,7 @@ async def start_voice(
 
     async def settle_attached(_session_id: str, ids: tuple[str, ...], settled: Settled) -> None:
         for delivery_id in ids:
-            await executor.settle_voice(delivery_id, settled, write=False, within_reply=True)
+            await channel.settle_voice(delivery_id, settled, write=False, within_reply=True)
 
     def delivery_texts(ids: tuple[str, ...]) -> dict[str, str]:
         states = (surface.view.deliveries.get(d) for d in ids)

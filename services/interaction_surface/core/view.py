@@ -1,4 +1,5 @@
-"""The surface's live view: every session's events from the five event streams, folded.
+"""The surface's live view: every session's events from the five event streams, folded
+(one session's log: `session_log.py`).
 
 One ordered consumer per stream follows it from the start (the operations follower also
 feeds admission's `LoadView`, so that stream reaches the process once), so any surface
@@ -18,11 +19,8 @@ import heapq
 import itertools
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
-import msgspec
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 from nats.js import JetStreamContext
@@ -50,101 +48,18 @@ from libs.events import (
     TurnReceived,
     TurnReplied,
 )
-from libs.events.interaction import Channel
 from libs.tools.labels import label_of
 
-log = logging.getLogger(__name__)
-
-# The streams a session's history spans, in the order cursors list them.
-STREAMS: tuple[Context, ...] = (
-    Context.INTERACTION,
-    Context.CONTROL,
-    Context.OPERATIONS,
-    Context.BATCHES,
-    Context.DELIVERIES,
+from .session_log import (
+    ERASED,
+    STREAM_INDEX,
+    STREAMS,
+    Entry,
+    Listener,
+    SessionLog,
 )
-_INDEX = {context: i for i, context in enumerate(STREAMS)}
 
-Cursor = tuple[int, ...]
-
-# `session.closed` with this reason erases the session: its interaction events (texts
-# included) leave every projection here, and `DELETE /v1/sessions/{id}` purges them from the
-# stream, so a rebuilt view never sees them either.
-ERASED = "erased"
-
-
-def encode_cursor(cursor: Cursor) -> str:
-    """A cursor as the opaque string clients hand back: per-stream sequences, dotted."""
-    return ".".join(str(n) for n in cursor)
-
-
-def decode_cursor(text: str | None) -> Cursor:
-    """Parse a cursor; empty means "from the start". Raises ValueError when malformed."""
-    if not text:
-        return (0,) * len(STREAMS)
-    parts = text.split(".")
-    if len(parts) != len(STREAMS) or not all(p.isdigit() and len(p) <= 19 for p in parts):
-        raise ValueError("cursor is not one this server issued")
-    return tuple(int(p) for p in parts)
-
-
-class Entry(msgspec.Struct, frozen=True, gc=False):
-    """One event of a session, where it sits in its stream, and the session's cursor after it.
-
-    Not tracked by the cyclic collector, like the envelope it holds (libs/events/__init__.py):
-    the view keeps one per event, and a full collection would walk them all.
-    """
-
-    stream: Context
-    seq: int
-    envelope: Envelope[Any]
-    cursor: Cursor
-
-    def after(self, cursor: Cursor) -> bool:
-        """Whether a client that saw `cursor` has not seen this entry yet."""
-        return self.seq > cursor[_INDEX[self.stream]]
-
-
-Listener = Callable[[Entry], None]
-
-
-@dataclass
-class SessionLog:
-    """Everything the surface knows about one session."""
-
-    session_id: str
-    entries: list[Entry] = field(default_factory=list)
-    high: list[int] = field(default_factory=lambda: [0] * len(STREAMS))
-    operation_ids: list[str] = field(default_factory=list)
-    batch_ids: list[str] = field(default_factory=list)
-    delivery_ids: list[str] = field(default_factory=list)
-    listeners: set[Listener] = field(default_factory=set)
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    # The turn received and not yet replied, and when it was received.
-    open_turn: tuple[str, datetime] | None = None
-    # Index of the first message the active agent's model sees (a fresh handoff resets it).
-    context_from: int = 0
-    # Deliveries whose text is already in the visible history.
-    written: set[str] = field(default_factory=set)
-    # Per client turn id its latest turn; per such turn its channel and, once written, its
-    # reply. A repeated client turn id is answered from these (`turn_plan.opening`).
-    client_turns: dict[str, str] = field(default_factory=dict)
-    turn_channels: dict[str, Channel] = field(default_factory=dict)
-    replies: dict[str, Envelope[TurnReplied]] = field(default_factory=dict)
-    # When `session.opened` was written: the token's issue time.
-    opened_at: datetime | None = None
-    # Erased: no interaction event of the session is kept or shown any more.
-    erased: bool = False
-
-    @property
-    def session_seq(self) -> int:
-        """Last sequence of the session's interaction subject (its only subject there)."""
-        return self.high[_INDEX[Context.INTERACTION]]
-
-    @property
-    def cursor(self) -> Cursor:
-        """The cursor after the latest entry."""
-        return tuple(self.high)
+log = logging.getLogger(__name__)
 
 
 def _op_key(env: Envelope[Any]) -> str:
@@ -295,7 +210,7 @@ class SurfaceView:
     def apply(self, context: Context, env: Envelope[Any], seq: int) -> None:
         """Fold one event into the projections and the session's log, then notify."""
         found = self._log_for(env.session_id)
-        index = _INDEX[context]
+        index = STREAM_INDEX[context]
         if seq <= found.high[index]:
             return
         found.high[index] = seq
@@ -364,6 +279,13 @@ class SurfaceView:
         found.client_turns.clear()
         found.turn_channels.clear()
         found.replies.clear()
+
+    def receive(self, context: Context, env: Envelope[Any], seq: int) -> None:
+        """One event of a stream, in order: folded (`apply`), and the stream applied up to it
+        (`wait_applied` returns), as a follower does with each message; a fast test's
+        in-memory store feeds the view through it."""
+        self.apply(context, env, seq)
+        self._advance(context, seq)
 
     def _advance(self, context: Context, seq: int) -> None:
         if seq <= self.applied[context]:

@@ -23,8 +23,9 @@ from fastapi import WebSocket, WebSocketDisconnect
 
 from libs.events import TurnReceived, TurnReplied
 
-from .projections import Cursor, Entry, SurfaceView, encode_cursor
-from .snapshot import build_snapshot, message_view, timeline_item
+from ..core.session_log import Cursor, Entry, encode_cursor
+from ..core.snapshot import build_snapshot, message_view, timeline_item
+from ..core.view import SurfaceView
 
 log = logging.getLogger(__name__)
 

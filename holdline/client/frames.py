@@ -1,16 +1,21 @@
 """The Agent API's WebSocket frames (docs/contract.md §6b), and their AsyncAPI document.
 
-`WS /v1/sessions/{id}/agent` carries JSON text frames tagged on `type`. The surface decodes
-what the agent sends with `CLIENT_FRAME` and encodes what it pushes from these very structs,
-and `devtools.proto` writes `proto/agent-asyncapi.json` from them, so the published contract
-cannot drift from the code.
+Defined once, here, in the client distribution (it depends on msgspec only): the surface
+imports them to decode what the agent sends (`CLIENT_FRAME`, strict) and to encode what it
+pushes; the client reads the pushed frames with `lenient` (strict on types, tolerant of
+fields a newer server adds); `devtools.proto` writes `proto/agent-asyncapi.json` from them, so
+the published contract cannot drift from either side.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Final, Literal
+from collections.abc import Mapping
+from typing import Annotated, Any, Final, Literal, TypeVar
 
 import msgspec
+from msgspec import inspect as mi
+
+T = TypeVar("T")
 
 AckStatus = Literal["started", "spoken", "unheard", "attached"]
 Ref = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.:-]{1,128}$")]
@@ -105,6 +110,29 @@ _ENCODER: Final = msgspec.json.Encoder()
 def encode(frame: ServerFrame) -> str:
     """A server frame as the JSON text it travels as."""
     return _ENCODER.encode(frame).decode()
+
+
+def lenient(data: Mapping[str, Any], kind: type[T], *, strict: bool = False) -> T:
+    """`data` as `kind`, keeping only the fields this version knows (at every depth): a newer
+    server may add fields; a wrong type is still refused (`msgspec.ValidationError`)."""
+    return msgspec.convert(_known(data, mi.type_info(kind)), kind, strict=strict)
+
+
+def _known(value: Any, info: mi.Type) -> Any:
+    if isinstance(info, mi.StructType) and isinstance(value, Mapping):
+        fields = {f.encode_name: f.type for f in info.fields}
+        return {
+            k: _known(v, fields[k]) if k in fields else v
+            for k, v in value.items()
+            if k in fields or k == info.tag_field
+        }
+    if isinstance(info, mi.ListType) and isinstance(value, list):
+        return [_known(v, info.item_type) for v in value]
+    if isinstance(info, mi.UnionType):
+        structs = [t for t in info.types if isinstance(t, mi.StructType)]
+        if len(structs) == 1:
+            return _known(value, structs[0])
+    return value
 
 
 # --------------------------------------------------------------------------- AsyncAPI

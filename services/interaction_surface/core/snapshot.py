@@ -15,7 +15,7 @@ from libs.domain import BatchState, DeliveryState, OperationState, SessionState
 from libs.domain.sync_mode import sync_mode
 from libs.tools.labels import label_of
 
-from .projections import Entry, encode_cursor
+from .session_log import Entry, encode_cursor
 
 # Same instant: a batch opens before its operations are admitted, which come before results.
 _TIE = {

@@ -1,0 +1,167 @@
+"""The `Surface`: what chat, voice and the Agent API share (sessions, tokens, rate limits,
+the session's interaction writes).
+
+A session call without a bearer token is 401; a token that is not this session's is 404,
+exactly as for a session that does not exist. A token older than `HOLDLINE_TOKEN_TTL_S` is
+401 (`token-expired`); writes beyond the session's or tenant's rate are 429 with
+`Retry-After`, refused before anything is appended. The routes are the channels':
+`chat/routes.py`, `agent/routes.py`, `voice/twilio.py`; the demo's fault proxy is
+`core/demo.py` (it is no channel's).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from libs.bus import InvalidSubjectToken, TooManyConflicts, token
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
+from libs.domain import SessionState
+from libs.events import Envelope, InteractionEvent
+from libs.service import Runtime
+
+from ..auth import bearer, token_matches
+from ..settings import Settings
+from .http import ProblemError, not_found
+from .ratelimit import RateLimited, RateLimiter
+from .view import SurfaceView
+from .writes import SurfaceWrites
+
+if TYPE_CHECKING:
+    from libs.admission import Admission
+
+    from ..agent.tool_calls import ToolCalls
+    from ..chat.turns import Turns
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Started:
+    """The parts that need the broker connection, built together by the start-up builder
+    (`app.start_parts`) and handed to the surface in one step."""
+
+    admission: Admission
+    turns: Turns
+    tool_calls: ToolCalls
+    http: httpx.AsyncClient
+
+
+@dataclass
+class Surface:
+    """What the handlers share; `started` is given once, when the broker is connected."""
+
+    runtime: Runtime
+    view: SurfaceView
+    settings: Settings
+    # The one write path (core/writes.py), over the runtime's event store.
+    writes: SurfaceWrites
+    # The process's one clock and id factory (libs/clock.py), from the composition root.
+    clock: Clock = SYSTEM_CLOCK
+    ids: Ids = RANDOM_IDS
+    started: Started | None = None
+    limiter: RateLimiter = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.limiter = RateLimiter(self.settings.rate_session, self.settings.rate_tenant)
+
+    @property
+    def turns(self) -> Turns | None:
+        """The chat turns, once started."""
+        return self.started.turns if self.started is not None else None
+
+    @property
+    def http(self) -> httpx.AsyncClient | None:
+        """The client to the provider, once started."""
+        return self.started.http if self.started is not None else None
+
+    def limit(self, state: SessionState) -> None:
+        """Take this write's tokens, or answer 429 having written nothing."""
+        try:
+            self.limiter.admit(state.session_id, state.tenant_id)
+        except RateLimited as exc:
+            log.info("%s rate limit refused a write of session %s", exc.scope, state.session_id)
+            raise ProblemError(
+                429,
+                "Too many requests",
+                f"the {exc.scope} rate limit is exceeded; retry after {exc.retry_after} s",
+                headers={"Retry-After": str(exc.retry_after)},
+                slug="rate-limited",
+                scope=exc.scope,
+            ) from None
+
+    async def session(self, session_id: str, authorization: str | None) -> SessionState:
+        """The session if the bearer token is its own; 401 without one, 404 otherwise."""
+        presented = bearer(authorization)
+        if presented is None:
+            raise ProblemError(
+                401, "Unauthorized", "a bearer token is required", slug="unauthorized"
+            )
+        return await self.session_for_token(session_id, presented)
+
+    async def session_for_token(self, session_id: str, presented: str | None) -> SessionState:
+        """The session if the token is its own, else 404 (never a hint which was wrong)."""
+        try:
+            token(session_id)
+        except InvalidSubjectToken:
+            raise not_found() from None
+        state = self.view.session(session_id)
+        if state is None:
+            # Opened through another process a moment ago: catch up once.
+            await self.view.sync()
+            state = self.view.session(session_id)
+        if not token_matches(state, presented) or state is None:
+            raise not_found()
+        self._check_expiry(session_id)
+        return state
+
+    def _check_expiry(self, session_id: str) -> None:
+        # Only the holder of the right token learns that it expired; others get the 404.
+        ttl = self.settings.token_ttl_s
+        found = self.view.log(session_id)
+        if ttl <= 0 or found is None or found.opened_at is None:
+            return
+        if (self.clock.now() - found.opened_at).total_seconds() > ttl:
+            raise ProblemError(
+                401,
+                "Unauthorized",
+                "the session token expired; open a new session",
+                slug="token-expired",
+            )
+
+    async def append_interaction(
+        self, session_id: str, event: InteractionEvent, *, expect: bool, **ids: Any
+    ) -> Envelope[InteractionEvent]:
+        """Append to the session subject: with the sequence the view holds when `expect` (read
+        again and retried under the one conflict policy, then 409), else unguarded."""
+        subject = self.runtime.topology.session_subject(session_id)
+
+        def stamp(
+            _state: SessionState | None, item: InteractionEvent, event_id: str, now: datetime
+        ) -> Envelope[InteractionEvent]:
+            return Envelope(
+                event_id=event_id, occurred_at=now, session_id=session_id, event=item, **ids
+            )
+
+        if not expect:
+            env = stamp(None, event, self.ids.new("ev"), self.clock.now())
+            await self.writes.interaction.record(subject, env)
+            return env
+        try:
+            written = await self.writes.interaction.run(subject, _as_is, event, stamp=stamp)
+        except TooManyConflicts:
+            raise ProblemError(
+                409, "Conflict", "the session is changing too fast; retry"
+            ) from None
+        return written.envelopes[0]
+
+
+def _as_is(
+    _state: SessionState | None, event: InteractionEvent, _now: datetime
+) -> list[InteractionEvent]:
+    """The event asked for, whatever the state: only its sequence guards the append."""
+    return [event]
