@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,24 +36,18 @@ from libs.bus import (
     BUCKETS,
     Context,
     DurableConsumer,
-    Handler,
     NatsEventStore,
     Topology,
     connect,
     ensure_buckets,
     ensure_streams,
 )
-from libs.bus.topology import Partition
 from libs.config import BusSettings, BusTimings
-from libs.consumers import Consumers, durable_consumer
-from libs.events import EventCodec
+from libs.consumers import Consumers
 from libs.json_response import JSONResponse
 from libs.problems import PROBLEM_JSON
 
 log = logging.getLogger(__name__)
-
-ConsumerFactory = Callable[["Runtime"], DurableConsumer[Any]]
-
 
 @dataclass
 class Runtime:
@@ -62,14 +56,11 @@ class Runtime:
     name: str
     settings: BusSettings
     publishes: tuple[Context, ...]
-    # Deprecated (the interaction surface's until its root moves to `Consumers`): consumers
-    # asked for once at start-up, besides those `start` is given.
-    consumers: Callable[[], Sequence[ConsumerFactory]] | None = None
     topology: Topology = field(init=False)
     nc: Client | None = None
     js: JetStreamContext | None = None
     buckets: dict[str, KeyValue] = field(default_factory=dict)
-    # The consumers running (built from `consumers` at start-up).
+    # The consumers running (built from what `start` is given).
     running: list[DurableConsumer[Any]] = field(default_factory=list)
     # Set once declarations, consumers and the service's own start-up are done.
     started: asyncio.Event = field(default_factory=asyncio.Event)
@@ -118,8 +109,6 @@ class Runtime:
         self.js = self.nc.jetstream()
         await self._declare()
         built = consumers.build(self) if consumers is not None else []
-        if self.consumers is not None:
-            built.extend(factory(self) for factory in self.consumers())
         for consumer in built:
             self.running.append(consumer)
             self._tasks.append(asyncio.create_task(self._supervise(consumer)))
@@ -231,33 +220,6 @@ class Runtime:
         except Exception as exc:  # noqa: BLE001 - any failure means "not ready", with its reason
             return False, f"{type(exc).__name__}: {exc}"
         return True, "ok"
-
-
-def consumes(
-    context: Context,
-    codec: EventCodec[Any],
-    handler: Handler[Any],
-    *,
-    role: str | None = None,
-    partition: Partition | None = None,
-    filter_subjects: Callable[[Topology], tuple[str, ...]] | None = None,
-    **options: Any,
-) -> ConsumerFactory:
-    """Deprecated, for a Runtime's `consumers` (declare a `ConsumerDeclaration` and bind it
-    with `libs.consumers.Consumers` instead): a durable named after the service, the role
-    (default: the context) and the partition, which it also filters by; `filter_subjects`
-    (given the runtime's topology) narrows what the broker delivers, default the whole
-    stream; `options` go to `DurableConsumer` (e.g. `group_by`, `max_in_flight`)."""
-
-    def build(rt: Runtime) -> DurableConsumer[Any]:
-        durable = rt.topology.durable(rt.name, role or context.value, partition)
-        return durable_consumer(
-            rt, context, durable=durable, codec=codec, handler=handler, partition=partition,
-            filter_subjects=filter_subjects(rt.topology) if filter_subjects else None,
-            **options,
-        )
-
-    return build
 
 
 def _describe(exc: Exception) -> str:

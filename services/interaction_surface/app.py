@@ -25,15 +25,15 @@ from fastapi.staticfiles import StaticFiles
 
 from libs import metrics
 from libs.admission import Admission, LoadView
-from libs.bus import Context
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.config import ModelSettings
-from libs.events import DELIVERIES
+from libs.consumers import Consumers
 from libs.models import model_for
 from libs.models.interface import ConversationModel
 from libs.openapi import publish
 from libs.problems import install_problem_handlers
-from libs.service import Runtime, consumes, create_service_app
+from libs.roles import published_contexts
+from libs.service import Runtime, create_service_app
 from libs.tools import ToolRegistry, default_registry
 
 from .agent.acks import AgentAcks
@@ -47,13 +47,14 @@ from .agent.tool_calls import ToolCalls
 from .chat.channel import ChatChannel
 from .chat.routes import BODIES, add_chat_routes
 from .chat.turns import Turns
+from .consumers import CONSUMERS, PUBLICATIONS, SERVICE
+from .consumers import DELIVERIES as DELIVERIES_CONSUMER
 from .core.demo import add_demo_routes
 from .core.http import install
 from .core.surface import Started, Surface
 from .core.view import SurfaceView
 from .core.writes import ConnectedStore, SurfaceWrites
 from .delivery.executor import DeliveryExecutor
-from .delivery.routing import ACTED_ON
 from .settings import Settings
 from .voice.call import CallRegistry
 from .voice.channel import CallChannel
@@ -167,26 +168,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     view = SurfaceView(label=registry.label)
     voice_settings = settings.voice
     runtime = Runtime(
-        name="interaction-surface",
-        settings=settings.bus,
-        publishes=(
-            Context.INTERACTION,
-            Context.CONTROL,
-            Context.OPERATIONS,
-            Context.BATCHES,
-            Context.DELIVERIES,
-        ),
-        # Asked for at start-up, once the delivery executor below exists.
-        consumers=lambda: (
-            consumes(
-                Context.DELIVERIES,
-                DELIVERIES,
-                executor.on_delivery,
-                filter_subjects=lambda topology: topology.kinds_filter(
-                    Context.DELIVERIES, ACTED_ON
-                ),
-            ),
-        ),
+        name=SERVICE, settings=settings.bus, publishes=published_contexts(PUBLICATIONS)
     )
     # The one write path: repositories over the runtime's event store, reading the view.
     writes = SurfaceWrites(view, ConnectedStore(runtime), runtime.topology, clock=clock, ids=ids)
@@ -199,6 +181,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     delivery = delivery_parts(surface, calls, ownership)
     executor, call_channel, agent_api = delivery.executor, delivery.call, delivery.agent_api
     model = conversation_model(settings.model_modules, settings.model)
+    # Its one durable consumer, declared in consumers.py, bound once the executor exists.
+    consumers = Consumers(CONSUMERS, {DELIVERIES_CONSUMER.role: executor.on_delivery})
 
     async def on_start() -> None:
         js = runtime.jetstream
@@ -225,7 +209,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             await surface.started.http.aclose()
 
     app = create_service_app(
-        runtime, title="holdline interaction-surface", on_start=on_start, on_stop=on_stop
+        runtime, consumers, title="holdline interaction-surface", on_start=on_start,
+        on_stop=on_stop,
     )
     install_problem_handlers(app)
     install(app)
