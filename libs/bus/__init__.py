@@ -1,5 +1,6 @@
 """The JetStream layer: topology, declaration, appends, create-once claims, consumers, replay."""
 
+from . import aggregates
 from .aggregate import Loaded, load, load_from
 from .codecs import EVENT_CODECS
 from .connection import connect
@@ -32,6 +33,7 @@ from .store import (
     Claim,
     ClaimConflict,
     ConcurrencyConflict,
+    ConnectedEventStore,
     NatsEventStore,
     append,
     appended_to_empty,
@@ -51,6 +53,7 @@ __all__ = [
     "ClaimConflict",
     "ConcurrencyConflict",
     "ConflictRetry",
+    "ConnectedEventStore",
     "ConsumerSpec",
     "Context",
     "DeadLetter",
@@ -72,6 +75,7 @@ __all__ = [
     "TooManyConflicts",
     "Topology",
     "Written",
+    "aggregates",
     "append",
     "appended_to_empty",
     "claim_once",

@@ -70,14 +70,13 @@ def start_parts(
     clock: Clock = surface.clock
     ids: Ids = surface.ids
     admission = Admission(
-        runtime.jetstream,
+        runtime.store,
         runtime.topology,
         registry,
         load_view,
         runtime.bucket("intents"),
         clock=clock,
         ids=ids,
-        timings=runtime.timings,
     )
     turns = Turns(
         runtime=runtime,

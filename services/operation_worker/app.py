@@ -6,7 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from libs import metrics, tracing
-from libs.bus import Context
+from libs.bus import ConnectedEventStore, Context
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK
 from libs.domain import TERMINAL
 from libs.events import OPERATIONS, WORK
@@ -73,10 +73,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             ),
         ),
     )
-    # The process's one clock and id factory, chosen here at its root; the worker reads the
-    # broker connection from the runtime once it is started.
+    # The process's one clock, id factory and event store, chosen here at its root; the store
+    # reads the broker connection from the runtime once it is started.
     clock, ids = SYSTEM_CLOCK, RANDOM_IDS
-    worker = Worker(runtime, registry, settings, clock=clock, ids=ids)
+    worker = Worker(
+        runtime, registry, settings, store=ConnectedEventStore(runtime), clock=clock, ids=ids
+    )
 
     async def stop() -> None:
         await client.aclose()

@@ -197,13 +197,13 @@ async def _delivered(
 
 def _counting_loads(worker: Worker) -> list[str]:
     loads: list[str] = []
-    real = worker._load
+    real = worker.history.load
 
     async def load(session_id: str, operation_id: str) -> Any:
         loads.append(operation_id)
         return await real(session_id, operation_id)
 
-    worker._load = load  # type: ignore[method-assign]
+    worker.history.load = load  # type: ignore[method-assign]
     return loads
 
 

@@ -14,7 +14,15 @@ from nats.js import JetStreamContext
 
 from harness.processes import ServiceProcess, free_port
 from libs.admission import Admission, LoadView, ToolCall, TurnAdmission, TurnContext
-from libs.bus import Context, Topology, connect, ensure_buckets, ensure_streams, load
+from libs.bus import (
+    Context,
+    NatsEventStore,
+    Topology,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+    load,
+)
 from libs.config import BusSettings, ToolSettings
 from libs.domain import OperationState, operation
 from libs.events import (
@@ -99,7 +107,7 @@ class OpsStack:
         registry = default_registry(settings=self.tools)
         registry.load_modules(["tests.support.tools_plugin"])
         self.admission = Admission(
-            self.js,
+            NatsEventStore(self.js, {}),
             self.topology,
             registry,
             self.view,
