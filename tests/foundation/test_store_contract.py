@@ -129,6 +129,20 @@ async def test_duplicate_message_id_is_absorbed(store: EventStore, topology: Top
     assert [i.stream_seq for i in read.items] == [first.seq, other_id.seq]
 
 
+async def test_a_record_is_put_once_under_its_message_id(
+    store: EventStore, topology: Topology
+) -> None:
+    subject = topology.dlq_subject(Context.OPERATIONS, "s1")
+    first = await store.put(subject, b'{"reason":"x"}', msg_id="dlq:op1:7")
+    again = await store.put(subject, b'{"reason":"x"}', msg_id="dlq:op1:7")
+    other = await store.put(subject, b'{"reason":"y"}', msg_id="dlq:op1:8")
+    assert not first.duplicate
+    assert again.duplicate
+    assert again.seq == first.seq
+    assert not other.duplicate
+    assert other.seq > first.seq
+
+
 async def test_read_returns_one_subject_in_order(store: EventStore, topology: Topology) -> None:
     stream = topology.stream_name(Context.OPERATIONS)
     mine = topology.operation_subject("s1", "op1")
