@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from libs.events import Envelope, EventCodec, EventDecodeError
 
-from .consumer import Received
+from .handling import Received
 from .replay import Replayed
 from .store import Appended, Claim, ClaimConflict, ConcurrencyConflict, placement
 

@@ -8,7 +8,8 @@ import uuid
 from datetime import UTC, datetime
 
 from libs.admission import Admission, LoadView, ToolCall
-from libs.bus import NatsEventStore, append
+from libs.bus import NatsEventStore
+from libs.bus.store import append
 from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation, OperationAdmitted
 from libs.tools import default_registry
 from tests.operations.conftest import StackFactory

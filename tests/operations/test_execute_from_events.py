@@ -15,7 +15,8 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
-from libs.bus import Context, Received, Topology, append, appended_to_empty
+from libs.bus import Context, Received, Topology, appended_to_empty
+from libs.bus.store import append
 from libs.config import BusSettings, ToolSettings
 from libs.domain import OpStatus
 from libs.events import (

@@ -21,7 +21,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from libs.bus import Poison, Received, Topology, append
+from libs.bus import Poison, Received, Topology
+from libs.bus.store import append
 from libs.clock import ManualClock
 from libs.config import BusSettings, ToolSettings
 from libs.events import WORK, CancelOperation, Envelope, ExecuteOperation, WorkCommand

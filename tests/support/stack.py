@@ -21,7 +21,7 @@ from libs.bus import (
     connect,
     ensure_buckets,
     ensure_streams,
-    load,
+    load_from,
 )
 from libs.config import BusSettings, ToolSettings
 from libs.domain import OperationState, operation
@@ -177,8 +177,8 @@ class OpsStack:
     ) -> tuple[OperationState | None, list[Envelope[OperationEvent]]]:
         """An operation's state and events, read from the stream."""
         assert self.js is not None
-        loaded = await load(
-            self.js,
+        loaded = await load_from(
+            NatsEventStore(self.js, {}),
             self.topology.stream_name(Context.OPERATIONS),
             self.topology.operation_subject(session_id, operation_id),
             OPERATIONS,
