@@ -69,7 +69,7 @@ class Worker:
         dead_letters = OperationDeadLetters(
             events, self.history, topology, worker_id=settings.worker_id, clock=clock
         )
-        self._steps = Steps(self.history, dead_letters, registry, settings, clock)
+        self.steps = Steps(self.history, dead_letters, registry, settings, clock)
         self._callbacks = Callbacks(self.history, topology, registry, retry)
 
     async def execute(self, received: Received[OperationEvent]) -> None:
@@ -131,7 +131,7 @@ class Worker:
                 slot = await leasing.running_slot(op)
                 if slot is not None:
                     held.append(slot)
-                terminal = await self._steps.drive(op, command)
+                terminal = await self.steps.drive(op, command)
             finally:
                 renewer.cancel()
                 # A terminal operation's own lease is left to run out (its ttl): any later

@@ -55,7 +55,7 @@ class Steps:
         clock: Clock,
     ) -> None:
         self._history = history
-        self._dead_letters = dead_letters
+        self.dead_letters = dead_letters
         self._registry = registry
         self._settings = settings
         self._clock = clock
@@ -100,7 +100,7 @@ class Steps:
                 return op
             case DeadLetterIt(reason=reason):
                 # Not terminal (only unresolved operations get here): the lease is released.
-                await self._dead_letters.dead_letter(op, reason)
+                await self.dead_letters.dead_letter(op, reason)
                 return op
             case Emit():
                 return await self._emit(op, step)
@@ -162,7 +162,7 @@ class Steps:
         )
         op = await self._history.append(op, *decision.events)
         if op.state.status is OpStatus.FAILED_FINAL:
-            await self._dead_letters.dead_letter(op, op.state.failure or "failed")
+            await self.dead_letters.dead_letter(op, op.state.failure or "failed")
         return op if op.state.terminal else None
 
     async def _sleep_until(self, op: Op, when: datetime) -> None:

@@ -258,7 +258,7 @@ async def test_an_exception_releases_the_lease(
     async def boom(*_: object) -> None:
         raise httpx.ConnectError("the provider vanished mid-step")
 
-    monkeypatch.setattr(failing, "_step", boom)
+    monkeypatch.setattr(failing.steps, "step", boom)
     with pytest.raises(httpx.ConnectError):
         await failing.work(_work(stack, session_id, op, ExecuteOperation()))
     assert await _state(kv, op) == "released"

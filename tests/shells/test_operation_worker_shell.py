@@ -70,9 +70,9 @@ async def test_a_dead_letter_is_stored_once_with_the_history_and_marks_the_opera
 ) -> None:
     w, store = worker
     op = await _admit(w, store, "op1")
-    await w._steps._dead_letters.dead_letter(op, "unresolved: no answer")
+    await w.steps.dead_letters.dead_letter(op, "unresolved: no answer")
     # A repeat (a crash before the mark, redelivered) stores no second letter.
-    await w._steps._dead_letters.dead_letter(op, "unresolved: no answer")
+    await w.steps.dead_letters.dead_letter(op, "unresolved: no answer")
     topology = offline_runtime("x").topology
     letters = store.records(topology.dlq_subject(Context.OPERATIONS, "s1"))
     assert len(letters) == 1
