@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.processes import Broker, ServiceProcess, free_port
-from libs.bus import Topology, append, connect, ensure_buckets, ensure_streams
+from libs.bus import Topology, connect, ensure_buckets, ensure_streams
+from libs.bus.store import append
 from libs.config import BusSettings
 from libs.domain.batch import final_delivery_id
 from libs.events import (

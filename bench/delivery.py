@@ -40,13 +40,13 @@ from libs.bus import (
     DurableConsumer,
     Received,
     Topology,
-    append,
     connect,
     ensure_consumer,
     ensure_streams,
     position,
     spec_for,
 )
+from libs.bus.store import append
 from libs.config import BusSettings
 from libs.events import OPERATIONS, Envelope, OperationAdmitted, OperationEvent
 

@@ -30,7 +30,7 @@ import httpx
 from bench.common import cpu_seconds, machine, percentiles_ms
 from harness.processes import Broker, ServiceProcess, free_port
 from libs.admission import Admission, LoadView, ToolCall, TurnContext
-from libs.bus import Topology, connect, ensure_buckets, ensure_streams
+from libs.bus import NatsEventStore, Topology, connect, ensure_buckets, ensure_streams
 from libs.config import BusSettings
 from libs.events import Envelope, OperationCommitted, OperationEvent, OperationStarted
 from libs.tools import default_registry
@@ -123,12 +123,11 @@ async def run_round(
     await asyncio.wait_for(view.caught_up.wait(), timeout=120)
     clock.recording = True
     admission = Admission(
-        js,
+        NatsEventStore(js, {}, timings=settings.timings),
         topology,
         default_registry(),
         view,
         await js.key_value(topology.bucket("intents")),
-        timings=settings.timings,
     )
     admission_s: list[float] = []
     rejected: list[str] = []

@@ -111,6 +111,10 @@ class BusTimings:
 DEFAULT_TIMINGS = BusTimings()
 
 
+# The bus's client modes (`BusSettings.client`).
+BUS_CLIENTS = ("lean", "plain")
+
+
 @dataclass(frozen=True)
 class BusSettings:
     """How a process reaches the broker and how its streams and consumers behave."""
@@ -146,8 +150,17 @@ class BusSettings:
     broker_patience_s: float = 30.0
     consumer_check_s: float = 3.0
     follow_heartbeat_s: float = 0.5
+    # Which client the bus connects with: "lean" (nats-py subclassed on its request and
+    # delivery paths, reading its private fields: libs/bus/client.py) or "plain" (nats-py's
+    # public API only), for when the nats-py pin has to move before the lean path is
+    # checked against the new version.
+    client: str = "lean"
 
     def __post_init__(self) -> None:
+        if self.client not in BUS_CLIENTS:
+            raise ValueError(
+                f"HOLDLINE_BUS_CLIENT must be one of {', '.join(BUS_CLIENTS)}, got {self.client!r}"
+            )
         if not _PREFIX_RE.match(self.prefix):
             raise ValueError(
                 f"HOLDLINE_PREFIX must match {_PREFIX_RE.pattern}, got {self.prefix!r}"
@@ -206,6 +219,7 @@ class BusSettings:
             broker_patience_s=env_float("HOLDLINE_BROKER_PATIENCE_S", cls.broker_patience_s),
             consumer_check_s=env_float("HOLDLINE_CONSUMER_CHECK_S", cls.consumer_check_s),
             follow_heartbeat_s=env_float("HOLDLINE_FOLLOW_HEARTBEAT_S", cls.follow_heartbeat_s),
+            client=env_str("HOLDLINE_BUS_CLIENT", cls.client),
         )
 
 

@@ -13,20 +13,25 @@ import asyncio
 from datetime import datetime
 from typing import Any
 
-from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from libs import metrics
-from libs.bus import ConcurrencyConflict, Context, Loaded, Topology, append, load
+from libs.bus import (
+    CONFLICT_RETRY,
+    ConflictRetry,
+    EventStore,
+    Loaded,
+    Repository,
+    TooManyConflicts,
+    Topology,
+    aggregates,
+)
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
-from libs.config import DEFAULT_TIMINGS, BusTimings
-from libs.domain import OperationState, OpStatus, operation
+from libs.domain import OperationState, OpStatus
 from libs.events import (
-    BATCHES,
-    CONTROL,
-    OPERATIONS,
     Envelope,
     OperationCancel,
+    OperationCancelRefused,
     OperationCancelRequested,
     OperationCompensated,
     OperationEvent,
@@ -47,7 +52,7 @@ class Admission:
 
     def __init__(
         self,
-        js: JetStreamContext,
+        store: EventStore,
         topology: Topology,
         registry: ToolRegistry,
         view: LoadView,
@@ -55,11 +60,14 @@ class Admission:
         *,
         clock: Clock = SYSTEM_CLOCK,
         ids: Ids = RANDOM_IDS,
-        timings: BusTimings = DEFAULT_TIMINGS,
+        retry: ConflictRetry = CONFLICT_RETRY,
     ) -> None:
-        self._js = js
-        # The process's bus timings (`BusSettings.timings`): append retries, read mode.
-        self._timings = timings
+        # Every write goes through these (libs/bus/repository.py), over the process's store.
+        self._operations = Repository(
+            store, aggregates.operations(topology), clock=clock, ids=ids, retry=retry
+        )
+        self._batches = Repository(store, aggregates.batches(topology), clock=clock, ids=ids)
+        self._control = Repository(store, aggregates.control(topology), clock=clock, ids=ids)
         self._topology = topology
         self._registry = registry
         self._view = view
@@ -77,14 +85,7 @@ class Admission:
         return loaded.state
 
     async def _load(self, subject: str) -> Loaded[OperationState, OperationEvent]:
-        return await load(
-            self._js,
-            self._topology.stream_name(Context.OPERATIONS),
-            subject,
-            OPERATIONS,
-            operation.evolve,
-            timings=self._timings,
-        )
+        return await self._operations.load(subject)
 
     # -- writing -------------------------------------------------------------------------
     def _env(self, ctx: TurnContext, event: Any, now: datetime, **ids: Any) -> Envelope[Any]:
@@ -93,10 +94,7 @@ class Admission:
     async def _append_all(self, subject: str, envs: list[Envelope[Any]], expected: int) -> None:
         """Append in order, each guarded by the sequence of the one before."""
         for env in envs:
-            ack = await append(
-                self._js, OPERATIONS, subject, env, expected_last_subject_seq=expected,
-                timings=self._timings,
-            )
+            ack = await self._operations.append(subject, env, expected=expected)
             self._view.apply(env, ack.seq)
             expected = ack.seq
 
@@ -112,13 +110,8 @@ class Admission:
         await self._append_all(subject, envs, 0)
 
     async def _open_batch(self, ctx: TurnContext, env: Envelope[Any], batch_id: str) -> None:
-        await append(
-            self._js,
-            BATCHES,
-            self._topology.batch_subject(ctx.session_id, batch_id),
-            env,
-            expected_last_subject_seq=0,
-            timings=self._timings,
+        await self._batches.append(
+            self._topology.batch_subject(ctx.session_id, batch_id), env, expected=0
         )
 
     # -- a turn --------------------------------------------------------------------------
@@ -218,52 +211,57 @@ class Admission:
         now = self._clock.now()
         cancel = OperationCancel(reason=reason, requested_by=ctx.user_id)
         request = self._env(ctx, cancel, now, operation_id=operation_id)
-        await append(
-            self._js, CONTROL, self._topology.control_subject(ctx.session_id), request,
-            timings=self._timings,
-        )
+        await self._control.record(self._topology.control_subject(ctx.session_id), request)
         subject = self._topology.operation_subject(ctx.session_id, operation_id)
-        for _ in range(10):
-            loaded = await self._load(subject)
-            state = loaded.state
-            compensating = (
-                self._registry.tool(state.tool).compensating_tool
-                if state is not None and state.status is OpStatus.COMMITTED
-                else None
-            )
-            decision = followups.decide_cancel(
-                operation_id,
-                state,
-                user_id=ctx.user_id,
-                reason=reason,
-                compensating_tool=compensating,
-            )
-            if decision.answer is not None:
-                return decision.answer
+
+        def decide(
+            state: OperationState | None, _: None, now: datetime
+        ) -> list[OperationEvent]:
+            event = self._cancel_decision(operation_id, state, ctx, reason).event
+            return [] if event is None else [event]
+
+        def stamp(
+            state: OperationState | None, event: OperationEvent, event_id: str, _: datetime
+        ) -> Envelope[OperationEvent]:
             assert state is not None
-            assert decision.event is not None
-            env = self._env(
-                ctx,
-                decision.event,
-                now,
-                operation_id=operation_id,
-                intent_key=state.intent_key,
-                batch_id=state.batch_id,
+            return envelope(
+                ctx, event, now, event_id, operation_id=operation_id,
+                intent_key=state.intent_key, batch_id=state.batch_id,
                 causation_id=request.event_id,
             )
-            try:
-                ack = await append(
-                    self._js, OPERATIONS, subject, env, expected_last_subject_seq=loaded.last_seq,
-                    timings=self._timings,
-                )
-            except ConcurrencyConflict:
-                continue
-            self._view.apply(env, ack.seq)
-            answer = followups.cancelled(operation_id, state, decision.event)
-            if isinstance(decision.event, OperationCancelRequested):
-                metrics.CANCELLATIONS_REQUESTED.labels(state.tool).inc()
+
+        try:
+            written = await self._operations.run(subject, decide, None, stamp=stamp)
+        except TooManyConflicts:
+            return AdmissionOutcome(
+                operation_id, "", "unknown", None, reason=followups.CANCEL_RACED
+            )
+        state = written.state
+        if not written.envelopes:
+            answer = self._cancel_decision(operation_id, state, ctx, reason).answer
+            assert answer is not None
             return answer
-        return AdmissionOutcome(operation_id, "", "unknown", None, reason=followups.CANCEL_RACED)
+        assert state is not None
+        env = written.envelopes[0]
+        self._view.apply(env, written.last_seq)
+        cancel_event = env.event
+        assert isinstance(cancel_event, OperationCancelRequested | OperationCancelRefused)
+        if isinstance(cancel_event, OperationCancelRequested):
+            metrics.CANCELLATIONS_REQUESTED.labels(state.tool).inc()
+        return followups.cancelled(operation_id, state, cancel_event)
+
+    def _cancel_decision(
+        self, operation_id: str, state: OperationState | None, ctx: TurnContext, reason: str
+    ) -> followups.CancelDecision:
+        compensating = (
+            self._registry.tool(state.tool).compensating_tool
+            if state is not None and state.status is OpStatus.COMMITTED
+            else None
+        )
+        return followups.decide_cancel(
+            operation_id, state, user_id=ctx.user_id, reason=reason,
+            compensating_tool=compensating,
+        )
 
     async def compensate(self, ctx: TurnContext, operation_id: str) -> AdmissionOutcome:
         """Undo a committed operation with its declared compensating tool, as a new operation."""
@@ -299,10 +297,7 @@ class Admission:
         )
         linked = OperationCompensated(compensation_operation_id=plan.operation_id)
         link = self._env(ctx, linked, now, operation_id=operation_id)
-        await append(
-            self._js, OPERATIONS, subject, link, expected_last_subject_seq=loaded.last_seq,
-            timings=self._timings,
-        )
+        await self._operations.append(subject, link, expected=loaded.last_seq)
         metrics.COMPENSATIONS.labels(state.tool).inc()
         return AdmissionOutcome(
             plan.operation_id, comp.name, OpStatus.ADMITTED.value, batch_id, plan.intent_key

@@ -1,11 +1,20 @@
 """The JetStream layer: topology, declaration, appends, create-once claims, consumers, replay."""
 
-from .aggregate import Loaded, load, load_from
+from . import aggregates
+from .aggregate import Loaded, load_from
 from .codecs import EVENT_CODECS
 from .connection import connect
-from .consumer import DurableConsumer, Handler, Poison, Received, spec_for
+from .consumer import DurableConsumer
 from .deadletter import DEAD_LETTER_DECODER, DeadLetter
-from .declare import ConsumerSpec, ensure_buckets, ensure_consumer, ensure_stream, ensure_streams
+from .declare import (
+    ConsumerSpec,
+    ensure_buckets,
+    ensure_consumer,
+    ensure_stream,
+    ensure_streams,
+    spec_for,
+)
+from .handling import Handler, Poison, Received
 from .memory import MemoryEventStore
 from .ports import EventStore
 from .position import Position, position
@@ -32,8 +41,8 @@ from .store import (
     Claim,
     ClaimConflict,
     ConcurrencyConflict,
+    ConnectedEventStore,
     NatsEventStore,
-    append,
     appended_to_empty,
     claim_once,
     read_claim,
@@ -51,6 +60,7 @@ __all__ = [
     "ClaimConflict",
     "ConcurrencyConflict",
     "ConflictRetry",
+    "ConnectedEventStore",
     "ConsumerSpec",
     "Context",
     "DeadLetter",
@@ -72,7 +82,7 @@ __all__ = [
     "TooManyConflicts",
     "Topology",
     "Written",
-    "append",
+    "aggregates",
     "appended_to_empty",
     "claim_once",
     "connect",
@@ -81,7 +91,6 @@ __all__ = [
     "ensure_stream",
     "ensure_streams",
     "last_subject_seq",
-    "load",
     "load_from",
     "position",
     "read_claim",

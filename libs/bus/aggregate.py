@@ -1,4 +1,4 @@
-"""Load, decide, append: the shell around a pure decider for one aggregate subject."""
+"""Loading one aggregate: its subject's events folded into its state (`Repository.load`)."""
 
 from __future__ import annotations
 
@@ -6,13 +6,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-from nats.js import JetStreamContext
-
-from libs.config import DEFAULT_TIMINGS, BusTimings
 from libs.events import Envelope, EventCodec
 
 from .ports import EventStore
-from .store import NatsEventStore
 
 S = TypeVar("S")
 B = TypeVar("B")
@@ -25,20 +21,6 @@ class Loaded(Generic[S, B]):
     state: S | None
     events: list[Envelope[B]]
     last_seq: int
-
-
-async def load(
-    js: JetStreamContext,
-    stream: str,
-    subject: str,
-    codec: EventCodec[B],
-    evolve: Callable[[S | None, Envelope[B]], S],
-    *,
-    timings: BusTimings = DEFAULT_TIMINGS,
-) -> Loaded[S, B]:
-    """Fold every event on one subject into its state (see `load_from`)."""
-    store = NatsEventStore(js, {}, timings=timings)
-    return await load_from(store, stream, subject, codec, evolve)
 
 
 async def load_from(

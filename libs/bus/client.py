@@ -29,7 +29,11 @@ without nats-py's per-subscription queue and task and a `wait_for` around each r
 
 Both read nats-py internals (its request map and reply prefix, the context's timeout and
 connection), so the dependency is pinned to the minor version they were checked against
-(`pyproject.toml`) and `tests/foundation/test_bus_client.py` fails if one moves.
+(`pyproject.toml`) and `tests/foundation/test_bus_client.py` fails if one moves. The bus
+asks for this client only in its "lean" mode (`HOLDLINE_BUS_CLIENT`, the default); in
+"plain" mode `connect` returns nats-py's own client and every caller takes nats-py's public
+API instead (`lean_context` says which: replay.py, pull.py, consumer.py), so the pin can
+move with plain mode on while the lean path is checked against the new version.
 """
 
 from __future__ import annotations
@@ -83,6 +87,12 @@ def wire_command(
     )
 
 
+def lean_context(js: JetStreamContext) -> BusJetStream | None:
+    """The lean context if `js` is one (a "lean" mode connection), else None: the caller
+    then keeps to nats-py's public API."""
+    return js if isinstance(js, BusJetStream) else None
+
+
 def _expire(future: asyncio.Future[Msg]) -> None:
     if not future.done():
         future.set_exception(nats.errors.TimeoutError())
@@ -90,6 +100,24 @@ def _expire(future: asyncio.Future[Msg]) -> None:
 
 class BusJetStream(JetStreamContext):
     """nats-py's JetStream context; a publish's acknowledgement is decoded lean."""
+
+    def __init__(self, conn: BusClient, **opts: Any) -> None:
+        super().__init__(conn, **opts)
+        # The connection, typed: the lean readers and pulls use its direct paths.
+        self.bus = conn
+
+    @property
+    def timeout_s(self) -> float:
+        """The context's default request timeout."""
+        return float(self._timeout)
+
+    def api_subject(self, api: str) -> str:
+        """The subject of a JetStream API request (`STREAM.INFO.<stream>`, ...)."""
+        return f"{self._prefix}.{api}"
+
+    async def api_request(self, api: str, payload: bytes, *, timeout_s: float) -> Msg:
+        """One JetStream API request on the lean request path; its raw answer."""
+        return await self.bus.request(self.api_subject(api), payload, timeout=timeout_s)
 
     @override
     async def publish(

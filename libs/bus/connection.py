@@ -50,6 +50,9 @@ async def connect(settings: BusSettings, *, name: str) -> Client:
     so clients spread over a cluster's nodes; the servers a node announces are added to
     the pool, so a client reconnects to any live node, not only to the seeds.
 
+    `settings.client` picks the client (`HOLDLINE_BUS_CLIENT`): the lean one of
+    `client.py`, or nats-py's own ("plain", its public API only).
+
     Wrong credentials or an unverifiable certificate keep it retrying (the service stays
     not ready) and log why, with the broker's address but never its credentials.
     """
@@ -81,6 +84,7 @@ async def connect(settings: BusSettings, *, name: str) -> Client:
     tls = _tls_context(settings)
     if tls is not None:
         options["tls"] = tls
-    client = BusClient()
+    # "lean" (the default): nats-py subclassed on its hot paths; "plain": nats-py as it is.
+    client = BusClient() if settings.client == "lean" else Client()
     await client.connect(**options)
     return client

@@ -1,24 +1,23 @@
 """Durable pull consumers: explicit ack, heartbeats for long handlers, bounded redelivery, DLQ.
 
 Messages of one group (by default, one session) are handled in order; different groups
-run concurrently. A
-handler that keeps failing is retried with growing delays until `max_deliver`, then its
-message goes to the dead-letter stream with the reason and is acknowledged, so it leaves a
-work-queue stream and never blocks the sessions behind it.
+run concurrently. A handler that keeps failing is retried with growing delays until
+`max_deliver`, then its message goes to the dead-letter stream with the reason and is
+acknowledged, so it leaves a work-queue stream and never blocks the sessions behind it.
 
 A consumer given a `Partition` handles only the sessions that partition owns and acknowledges
 every other message unread: each partition's durable consumer sees the whole stream.
 
 Messages come through one standing pull request (`pull.py`), asked again only when used up
-or ended, not two requests per wave as nats-py's `fetch` makes. Each is taken where the
+or ended, not two requests per wave as nats-py's `fetch` makes (in the "plain" bus mode,
+`HOLDLINE_BUS_CLIENT=plain`, through nats-py's `fetch` itself). Each is taken where the
 client's parser reads it: queued behind its group's messages, or given a task that handles
 its group's queue in order, so a delivery costs one task at most and no lock.
 
 Recovery is by design, not by timeout: the ack wait is short (2 s, `HOLDLINE_ACK_WAIT_S`)
 because a live handler heartbeats (`in_progress`) every third of it, and a consumer silent
 for a few seconds checks that the broker still has it (re-declaring and resubscribing after
-a broker restart). About 490 lines: fetching, ordering per group, retries, dead letters and
-the lost-consumer check are one loop's parts and read best together.
+a broker restart).
 """
 
 from __future__ import annotations
@@ -27,9 +26,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from collections.abc import Callable, Coroutine
 from typing import Any, Generic, TypeVar
 
 import nats.errors
@@ -38,14 +35,16 @@ from nats.js import JetStreamContext
 from nats.js.errors import APIError, NotFoundError
 
 from libs import tracing
-from libs.events import Envelope, EventCodec, EventDecodeError
+from libs.events import EventCodec, EventDecodeError
 from libs.metrics import CONSUMER_LAG
 
-from .deadletter import DEAD_LETTER_ENCODER, DeadLetter
+from .client import lean_context
+from .deadletter import DEAD_LETTER_ENCODER, DeadLetter, given_up
 from .declare import ConsumerSpec, ensure_consumer
+from .handling import Handler, Poison, Received, patiently, redelivery_delay
+from .heartbeat import Heartbeat
 from .position import position
-from .pull import StandingPull
-from .store import broker_unavailable
+from .pull import FetchingPull, Pull, StandingPull
 from .topology import Context, Partition, Topology
 
 log = logging.getLogger(__name__)
@@ -53,37 +52,7 @@ log = logging.getLogger(__name__)
 # A standing pull request lives this many fetch timeouts (1 s by default).
 STANDING_PULL_FETCHES = 2.0
 
-
-
 B = TypeVar("B")
-
-
-class Poison(Exception):
-    """Raised by a handler for a message that can never succeed: dead-letter it now."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-@dataclass(frozen=True, slots=True)
-class Received(Generic[B]):
-    """A decoded message with its place in the stream."""
-
-    envelope: Envelope[B]
-    subject: str
-    stream_seq: int
-    num_delivered: int
-    # As the broker stored them with the message (the guards it was appended under included).
-    headers: dict[str, str] | None = None
-
-
-Handler = Callable[[Received[B]], Awaitable[None]]
-
-
-def _redelivery_delay(base_s: float, num_delivered: int) -> float:
-    # Exponential, capped: a flapping dependency gets room without stalling a session long.
-    return float(min(base_s * (2 ** max(0, num_delivered - 1)), 30.0))
 
 
 class DurableConsumer(Generic[B]):
@@ -124,7 +93,7 @@ class DurableConsumer(Generic[B]):
         # Messages with the same group key are handled one at a time, in stream order.
         self._group_by = group_by
         self._max_in_flight = max_in_flight
-        # How long a handler waits out an unavailable broker (`_patiently`), and the silence
+        # How long a handler waits out an unavailable broker (`patiently`), and the silence
         # after which the consumer checks that the broker still has it (`_lost`).
         self._broker_patience_s = broker_patience_s
         self._check_after_s = check_after_s
@@ -138,7 +107,7 @@ class DurableConsumer(Generic[B]):
         self._groups: dict[str, deque[Msg]] = {}
         self._in_hand = 0
         self._freed = asyncio.Event()
-        self._pull: StandingPull | None = None
+        self._pull: Pull | None = None
         self._stop = asyncio.Event()
         self._reconnects = 0
         self.ready = asyncio.Event()
@@ -245,11 +214,16 @@ class DurableConsumer(Generic[B]):
         with contextlib.suppress(Exception):
             await msg.nak()
 
-    def _standing(self, sub: JetStreamContext.PullSubscription) -> StandingPull:
+    def _standing(self, sub: JetStreamContext.PullSubscription) -> Pull:
+        lean = lean_context(self._js)
+        if lean is None:
+            # "plain" bus mode: nats-py's own fetch, one request per wave.
+            return FetchingPull(sub, batch=self._batch, on_message=self._take)
         # The request lives two fetch timeouts; heartbeats say the broker still serves it.
         # Short, because a process that stopped (SIGSTOP, a stalled VM) keeps its request,
         # and what the broker pushes into it waits that long plus the ack wait.
         return StandingPull(
+            lean.bus,
             sub,
             batch=self._batch,
             expires_s=max(STANDING_PULL_FETCHES * self._fetch_timeout_s, 1.0),
@@ -265,7 +239,10 @@ class DurableConsumer(Generic[B]):
         )
 
     def _reconnect_count(self) -> int:
-        return int(self._js._nc.stats.get("reconnects", 0))
+        lean = lean_context(self._js)
+        # A plain fetch asks anew each time (nats-py resubscribes its inbox on a reconnect):
+        # only the standing request is lost with a connection.
+        return 0 if lean is None else int(lean.bus.stats.get("reconnects", 0))
 
     async def _lost(
         self, sub: JetStreamContext.PullSubscription
@@ -364,12 +341,15 @@ class DurableConsumer(Generic[B]):
             # The gauge takes a lock on every set; under a steady load the lag rarely moves.
             self._lag_seen = meta.num_pending
             self._lag.set(meta.num_pending)
-        heartbeat = _Heartbeat(msg, self._heartbeat_s)
+        heartbeat = Heartbeat(msg, self._heartbeat_s)
         try:
             with tracing.handler_span(
                 self.spec.durable, msg.subject, msg.headers, envelope.event_id
             ):
-                await self._patiently(received)
+                await patiently(
+                    self._handler, received, patience_s=self._broker_patience_s,
+                    name=self.spec.durable,
+                )
         except Poison as exc:
             await self._dead_letter(msg, "poison", exc.reason)
             return
@@ -386,48 +366,15 @@ class DurableConsumer(Generic[B]):
                     exc,
                 )
                 with contextlib.suppress(Exception):
-                    await msg.nak(delay=_redelivery_delay(self._backoff_s, meta.num_delivered))
+                    await msg.nak(delay=redelivery_delay(self._backoff_s, meta.num_delivered))
             return
         finally:
             heartbeat.cancel()
         await msg.ack()
 
-    async def _patiently(self, received: Received[B]) -> None:
-        """Run the handler; while the broker cannot answer, run it again here.
-
-        A node dying makes its streams and consumers elect new leaders for a few seconds.
-        Failing the delivery then would spend `max_deliver` on the broker's absence and
-        dead-letter good work; the message stays in hand (the heartbeat keeps it) and the
-        idempotent handler runs again once the broker answers, for up to
-        `broker_patience_s` (HOLDLINE_BROKER_PATIENCE_S through `BusTimings`).
-        """
-        deadline = asyncio.get_running_loop().time() + self._broker_patience_s
-        delay = 0.1
-        while True:
-            try:
-                await self._handler(received)
-            except Exception as exc:
-                if not broker_unavailable(exc) or asyncio.get_running_loop().time() >= deadline:
-                    raise
-                log.info("%s: broker unavailable (%r); handling again", self.spec.durable, exc)
-            else:
-                return
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
-
     async def _dead_letter(self, msg: Msg, reason: str, error: str) -> None:
         meta = position(msg.reply)
-        record = DeadLetter(
-            source_stream=meta.stream,
-            source_subject=msg.subject,
-            source_seq=meta.stream_seq,
-            consumer=self.spec.durable,
-            num_delivered=meta.num_delivered,
-            reason=reason,
-            error=error[:2000],
-            payload=msg.data,
-            dead_lettered_at=datetime.now(UTC),
-        )
+        record = given_up(msg, meta, self.spec.durable, reason, error)
         try:
             session = self._topology.session_of(msg.subject)
         except ValueError:
@@ -449,56 +396,3 @@ class DurableConsumer(Generic[B]):
             self._on_dead_letter(record)
         # Acknowledge only after the dead letter is stored: nothing is lost in between.
         await msg.ack()
-
-
-class _Heartbeat:
-    """`in_progress` every `every_s` while a handler runs, on a loop timer.
-
-    Most handlers finish well inside the first interval: a timer handle per message costs
-    far less than a task per message, and a task is made only when a beat is due.
-    """
-
-    __slots__ = ("_every_s", "_handle", "_loop", "_msg", "_task")
-
-    def __init__(self, msg: Msg, every_s: float) -> None:
-        self._msg = msg
-        self._every_s = every_s
-        self._loop = asyncio.get_running_loop()
-        self._task: asyncio.Task[None] | None = None
-        self._handle: asyncio.TimerHandle | None = self._loop.call_later(every_s, self._beat)
-
-    def _beat(self) -> None:
-        if self._task is None or self._task.done():
-            self._task = self._loop.create_task(self._send())
-        self._handle = self._loop.call_later(self._every_s, self._beat)
-
-    async def _send(self) -> None:
-        with contextlib.suppress(Exception):
-            await self._msg.in_progress()
-
-    def cancel(self) -> None:
-        """Stop beating: the handler is done, so no beat may follow its ack."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-        if self._task is not None:
-            self._task.cancel()
-
-
-def spec_for(
-    topology: Topology,
-    context: Context,
-    *,
-    durable: str,
-    ack_wait_s: float,
-    max_deliver: int,
-    filter_subjects: tuple[str, ...] | None = None,
-) -> ConsumerSpec:
-    """A consumer spec over a whole context's stream (or the given filters)."""
-    return ConsumerSpec(
-        stream=topology.stream_name(context),
-        durable=durable,
-        filter_subjects=filter_subjects or (topology.context_filter(context),),
-        ack_wait_s=ack_wait_s,
-        max_deliver=max_deliver,
-    )

@@ -20,7 +20,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 
 from libs.config import BusSettings
 
-from .topology import BUCKETS, StreamSpec, Topology
+from .topology import BUCKETS, Context, StreamSpec, Topology
 
 log = logging.getLogger(__name__)
 
@@ -110,3 +110,22 @@ async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
         filter_subjects=list(spec.filter_subjects),
     )
     await js.add_consumer(spec.stream, config=config)
+
+
+def spec_for(
+    topology: Topology,
+    context: Context,
+    *,
+    durable: str,
+    ack_wait_s: float,
+    max_deliver: int,
+    filter_subjects: tuple[str, ...] | None = None,
+) -> ConsumerSpec:
+    """A consumer spec over a whole context's stream (or the given filters)."""
+    return ConsumerSpec(
+        stream=topology.stream_name(context),
+        durable=durable,
+        filter_subjects=filter_subjects or (topology.context_filter(context),),
+        ack_wait_s=ack_wait_s,
+        max_deliver=max_deliver,
+    )

@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 
 from libs.events import Envelope, EventCodec, EventDecodeError
 
-from .consumer import Received
+from .handling import Received
 from .replay import Replayed
 from .store import Appended, Claim, ClaimConflict, ConcurrencyConflict, placement
 
@@ -83,6 +83,21 @@ class MemoryEventStore:
         self._last[subject] = seq
         self._msg_ids[mid] = seq
         return Appended(stream=self.stream, seq=seq, duplicate=False)
+
+    async def put(self, subject: str, data: bytes, *, msg_id: str) -> Appended:
+        """Store a record that is not an event once (see `EventStore.put`)."""
+        if msg_id in self._msg_ids:
+            return Appended(stream=self.stream, seq=self._msg_ids[msg_id], duplicate=True)
+        seq = len(self._log) + 1
+        self._log.append(_Stored(seq=seq, subject=subject, data=data, headers={}))
+        self._last[subject] = seq
+        self._msg_ids[msg_id] = seq
+        return Appended(stream=self.stream, seq=seq, duplicate=False)
+
+    def records(self, subject: str) -> list[bytes]:
+        """The data of every message stored on subjects matching `subject` (tests read
+        dead letters this way)."""
+        return [s.data for s in self._log if subject_matches(subject, s.subject)]
 
     async def read_subject(
         self, stream: str, subject: str, codec: EventCodec[B]

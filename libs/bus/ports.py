@@ -38,6 +38,11 @@ class EventStore(Protocol):
         checks the expectation over the wildcard (`store.placement`)."""
         ...
 
+    async def put(self, subject: str, data: bytes, *, msg_id: str) -> Appended:
+        """Store a record that is not an event (a dead letter, a redrive marker), once
+        under its message id (a repeat answers `duplicate=True`)."""
+        ...
+
     async def read_subject(
         self, stream: str, subject: str, codec: EventCodec[B]
     ) -> Replayed[B]:

@@ -18,10 +18,13 @@ messages in hand is kept, up to one request's worth.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections.abc import Callable
+from typing import Protocol
 
+import nats.errors
 from nats.aio.msg import Msg
 from nats.js import JetStreamContext
 
@@ -33,11 +36,28 @@ _EXPIRED = "408"
 _RETRY_PAUSE_S = 0.2
 
 
+class Pull(Protocol):
+    """How a consumer takes its messages: `wait` hands them to `on_message` as they come."""
+
+    def close(self) -> None:
+        """Stop taking this subscription's messages (before it is unsubscribed)."""
+        ...
+
+    def interrupt(self) -> None:
+        """End the current `wait` now (the consumer is stopping)."""
+        ...
+
+    async def wait(self, room: int, timeout_s: float) -> bool:
+        """Take up to `room` messages for at most `timeout_s`; whether the broker was heard."""
+        ...
+
+
 class StandingPull:
     """Serves a bound pull subscription through one open pull request at a time."""
 
     def __init__(
         self,
+        client: BusClient,
         sub: JetStreamContext.PullSubscription,
         *,
         batch: int,
@@ -46,9 +66,6 @@ class StandingPull:
         reconnects: Callable[[], int],
         on_message: Callable[[Msg], None],
     ) -> None:
-        client = sub._nc
-        if not isinstance(client, BusClient):
-            raise TypeError("a durable consumer needs a connection from libs.bus.connect")
         self._client = client
         self._sub = sub
         self._sid = sub._sub._id
@@ -86,7 +103,7 @@ class StandingPull:
             "idle_heartbeat": int(self._heartbeat_s * 1e9),
         }
         sub = self._sub
-        await sub._nc.publish(sub._nms, json.dumps(body).encode(), sub._deliver)
+        await self._client.publish(sub._nms, json.dumps(body).encode(), sub._deliver)
         self._outstanding = wanted
         # A little before the broker's own expiry, so no gap opens between two requests.
         self._ends_at = time.monotonic() + self._expires_s * 0.9
@@ -145,3 +162,55 @@ class StandingPull:
     def _take_heard(self) -> bool:
         heard, self._heard = self._heard, False
         return heard
+
+
+class FetchingPull:
+    """Serves a bound pull subscription through nats-py's own `fetch` (the "plain" bus mode:
+    its public API only; two requests per wave, and a task hop per message)."""
+
+    def __init__(
+        self,
+        sub: JetStreamContext.PullSubscription,
+        *,
+        batch: int,
+        on_message: Callable[[Msg], None],
+    ) -> None:
+        self._sub = sub
+        self._batch = batch
+        self._on_message = on_message
+        self._over: asyncio.Future[None] | None = None
+
+    def close(self) -> None:
+        """Nothing is delivered outside `wait`: end any wait in progress."""
+        self.interrupt()
+
+    def interrupt(self) -> None:
+        """End the current `wait` now (the consumer is stopping)."""
+        over = self._over
+        if over is not None and not over.done():
+            over.set_result(None)
+
+    async def wait(self, room: int, timeout_s: float) -> bool:
+        """Fetch up to `room` messages (at most a batch), waiting up to `timeout_s`; whether
+        any came. An interrupted fetch is abandoned: what it had taken is redelivered."""
+        loop = asyncio.get_running_loop()
+        self._over = over = loop.create_future()
+        fetch = asyncio.ensure_future(
+            self._sub.fetch(max(1, min(self._batch, room)), timeout=timeout_s)
+        )
+        try:
+            await asyncio.wait({fetch, over}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            self._over = None
+        if not fetch.done():
+            fetch.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await fetch
+            return False
+        try:
+            msgs = fetch.result()
+        except nats.errors.TimeoutError:
+            return False
+        for msg in msgs:
+            self._on_message(msg)
+        return bool(msgs)

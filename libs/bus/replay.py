@@ -18,7 +18,8 @@ from nats.js.errors import FetchTimeoutError, NotFoundError
 from libs.events import Envelope, EventCodec, EventDecodeError
 
 from .answers import A, Answer, decoded
-from .consumer import Received
+from .client import BusJetStream, lean_context
+from .handling import Received
 from .position import position
 from .store import StaleReplica
 from .topology import Context, Topology
@@ -141,7 +142,7 @@ _REQUEST = msgspec.json.Encoder()
 
 
 async def _ask(
-    js: JetStreamContext,
+    js: BusJetStream,
     api: str,
     payload: bytes,
     decoder: msgspec.json.Decoder[A],
@@ -149,24 +150,33 @@ async def _ask(
     timeout_s: float,
 ) -> A:
     """One JetStream API request, its answer decoded lean by `decoder` (answers.py)."""
-    msg = await js._nc.request(f"{js._prefix}.{api}", payload, timeout=timeout_s)
+    msg = await js.api_request(api, payload, timeout_s=timeout_s)
     return decoded(decoder, msg.data)
 
 
 async def stream_last_seq(js: JetStreamContext, stream: str, *, timeout_s: float) -> int:
     """A stream's last sequence, by one stream-info request of which only that is decoded
     (a read barrier asks this of every stream on every read)."""
-    info = await _ask(js, f"STREAM.INFO.{stream}", b"", _STREAM_INFO, timeout_s=timeout_s)
+    lean = lean_context(js)
+    if lean is None:
+        plain = await js.stream_info(stream)
+        return int(plain.state.last_seq or 0)
+    info = await _ask(lean, f"STREAM.INFO.{stream}", b"", _STREAM_INFO, timeout_s=timeout_s)
     return info.state.last_seq if info.state is not None else 0
 
 
 async def last_subject_seq(js: JetStreamContext, stream: str, subject: str) -> int:
     """Sequence of the last message on a subject (0 when the subject is empty), from the
     stream's leader, of which only the sequence is decoded."""
-    request = _REQUEST.encode({"last_by_subj": subject})
+    lean = lean_context(js)
     try:
+        if lean is None:
+            # nats-py asks for the subject's last message when given a subject alone.
+            found = await js.get_msg(stream, subject=subject)
+            return int(found.seq or 0)
+        request = _REQUEST.encode({"last_by_subj": subject})
         answer = await _ask(
-            js, f"STREAM.MSG.GET.{stream}", request, _MESSAGE_GET, timeout_s=js._timeout
+            lean, f"STREAM.MSG.GET.{stream}", request, _MESSAGE_GET, timeout_s=lean.timeout_s
         )
     except NotFoundError:
         return 0
@@ -238,9 +248,12 @@ async def _read_subject(
     batch: int,
     timeout_s: float,
 ) -> Replayed[B]:
+    lean = lean_context(js)
+    if lean is None:
+        return await _read_subject_plainly(js, stream, subject, codec)
     # nats-py exposes no batched direct get; the request is plain JetStream API.
-    nc = js._nc
-    api = f"{js._prefix}.DIRECT.GET.{stream}"
+    nc = lean.bus
+    api = lean.api_subject(f"DIRECT.GET.{stream}")
     out: Replayed[B] = Replayed()
     start = 1
     while True:
@@ -268,3 +281,19 @@ async def _read_subject(
         if pending == 0:
             return out
         start = out.last_seq + 1
+
+
+async def _read_subject_plainly(
+    js: JetStreamContext, stream: str, subject: str, codec: EventCodec[B]
+) -> Replayed[B]:
+    """`_read_subject` through nats-py's public API: one message-get request per message
+    (the "plain" bus mode; slower, never reads nats-py's private fields)."""
+    out: Replayed[B] = Replayed()
+    while True:
+        try:
+            msg = await js.get_msg(stream, seq=out.last_seq + 1, subject=subject, next=True)
+        except NotFoundError:
+            return out
+        if msg.seq is None or msg.seq <= out.last_seq:
+            return out
+        _add(out, codec, int(msg.seq), msg.data or b"", msg.subject or subject)

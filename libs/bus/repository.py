@@ -17,12 +17,15 @@ the process's clock, id factory and the one conflict policy (`ConflictRetry`).
   end), stored once under its message id.
 - `append(subject, envelope, expected=...)`: one guarded append decided elsewhere (a pure
   planner that already read the state); conflicts are the caller's to handle.
+- `retrying(subject, step)`: the conflict policy for a shell whose decision has effects
+  between its read and its append (a claim, another aggregate's append, a pause point):
+  the step runs again after a conflict, once the state is caught up.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, Protocol, TypeVar
@@ -39,6 +42,7 @@ S = TypeVar("S")
 S_co = TypeVar("S_co", covariant=True)
 E = TypeVar("E")
 C = TypeVar("C")
+T = TypeVar("T")
 
 
 class TooManyConflicts(Exception):
@@ -196,6 +200,23 @@ class Repository(Generic[S, E]):
     ) -> Appended:
         """A fact no decision guards, stored once under its message id (default: its id)."""
         return await self.append(subject, envelope, expected=None, msg_id=msg_id)
+
+    async def retrying(
+        self,
+        subject: str,
+        step: Callable[[], Awaitable[T]],
+        *,
+        refresh: Callable[[], Awaitable[None]] | None = None,
+    ) -> T:
+        """Run `step` (which reads, decides and appends guarded) until no
+        `ConcurrencyConflict` ends it, catching up in between (`refresh`, by default the
+        state source's), up to the policy's attempts, then `TooManyConflicts`."""
+        for _ in range(self._retry.attempts):
+            try:
+                return await step()
+            except ConcurrencyConflict:
+                await (refresh() if refresh is not None else self._source.refresh(subject))
+        raise TooManyConflicts(subject, self._retry.attempts)
 
     async def _append_all(
         self,

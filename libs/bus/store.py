@@ -18,7 +18,7 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import nats.errors
 from nats.js import JetStreamContext
@@ -283,6 +283,11 @@ class NatsEventStore:
             timings=self._timings,
         )
 
+    async def put(self, subject: str, data: bytes, *, msg_id: str) -> Appended:
+        """Store a record that is not an event (a dead letter, a redrive marker) once."""
+        ack = await self._js.publish(subject, data, headers={"Nats-Msg-Id": msg_id})
+        return Appended(stream=ack.stream, seq=ack.seq, duplicate=bool(ack.duplicate))
+
     async def read_subject(
         self, stream: str, subject: str, codec: EventCodec[B]
     ) -> Replayed[B]:
@@ -307,3 +312,75 @@ class NatsEventStore:
     async def read_claim(self, bucket: str, key: str) -> bytes | None:
         """The value a key was claimed with, if any."""
         return await read_claim(self._buckets[bucket], key)
+
+
+class Connection(Protocol):
+    """A process's broker connection as its runtime holds it (`libs.service.Runtime`)."""
+
+    @property
+    def jetstream(self) -> JetStreamContext:
+        """The JetStream context; only valid once connected."""
+        ...
+
+    @property
+    def buckets(self) -> Mapping[str, KeyValue]:
+        """The declared KV buckets by purpose."""
+        ...
+
+    @property
+    def timings(self) -> BusTimings:
+        """The process's bus timings."""
+        ...
+
+
+class ConnectedEventStore:
+    """The event store port over a connection opened after the parts that write were built.
+
+    A service's composition root builds its handlers (and their repositories) before the
+    runtime connects; every call here reads the connection as it is then.
+    """
+
+    def __init__(self, connection: Connection) -> None:
+        self._connection = connection
+
+    def _store(self) -> NatsEventStore:
+        c = self._connection
+        return NatsEventStore(c.jetstream, c.buckets, timings=c.timings)
+
+    async def append(
+        self,
+        codec: EventCodec[Any],
+        subject: str,
+        envelope: Envelope[Any],
+        *,
+        expected_last_subject_seq: int | None = None,
+        msg_id: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Appended:
+        """Publish one event (see `append`)."""
+        return await self._store().append(
+            codec, subject, envelope,
+            expected_last_subject_seq=expected_last_subject_seq, msg_id=msg_id, headers=headers,
+        )
+
+    async def put(self, subject: str, data: bytes, *, msg_id: str) -> Appended:
+        """Store a record that is not an event once."""
+        return await self._store().put(subject, data, msg_id=msg_id)
+
+    async def read_subject(
+        self, stream: str, subject: str, codec: EventCodec[B]
+    ) -> Replayed[B]:
+        """Every message of one subject."""
+        return await self._store().read_subject(stream, subject, codec)
+
+    async def last_seq(self, stream: str, subject: str) -> int:
+        """The subject's last sequence."""
+        return await self._store().last_seq(stream, subject)
+
+    async def claim_once(self, bucket: str, key: str, value: bytes) -> Claim:
+        """Claim a key of a bucket forever."""
+        return await self._store().claim_once(bucket, key, value)
+
+    async def read_claim(self, bucket: str, key: str) -> bytes | None:
+        """The value a key was claimed with, if any."""
+        return await self._store().read_claim(bucket, key)

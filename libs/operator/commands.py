@@ -11,9 +11,9 @@ from collections.abc import Awaitable, Callable
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from libs.bus import Topology, connect
+from libs.bus import EventStore, NatsEventStore, Topology, connect
 from libs.bus.connection import without_credentials
-from libs.config import BusSettings, BusTimings
+from libs.config import BusSettings
 
 from .deadletters import OperatorError, read_letters, redrive
 from .rebuild import rebuild
@@ -44,7 +44,10 @@ async def run(args: argparse.Namespace) -> int:
         print(f"holdline: cannot reach the broker at {where}: {exc!r}", file=sys.stderr)
         return UNAVAILABLE
     try:
-        return await action(nc.jetstream(), topology, args, settings.timings)
+        js = nc.jetstream()
+        # Reads of the DLQ and of projections go to JetStream; every write to the store.
+        store = NatsEventStore(js, {}, timings=settings.timings)
+        return await action(js, store, topology, args)
     except OperatorError as exc:
         print(f"holdline: refused: {exc}", file=sys.stderr)
         return REFUSED
@@ -58,7 +61,7 @@ async def run(args: argparse.Namespace) -> int:
 
 
 async def _dlq_list(
-    js: JetStreamContext, topology: Topology, args: argparse.Namespace, timings: BusTimings
+    js: JetStreamContext, store: EventStore, topology: Topology, args: argparse.Namespace
 ) -> int:
     letters = await read_letters(js, topology, args.stream)
     if args.json:
@@ -79,9 +82,9 @@ async def _dlq_list(
 
 
 async def _dlq_redrive(
-    js: JetStreamContext, topology: Topology, args: argparse.Namespace, timings: BusTimings
+    js: JetStreamContext, store: EventStore, topology: Topology, args: argparse.Namespace
 ) -> int:
-    marker = await redrive(js, topology, args.dlq_seq, force=args.force, timings=timings)
+    marker = await redrive(js, store, topology, args.dlq_seq, force=args.force)
     print(
         f"redrove dead letter {marker.dlq_seq}: {marker.action} -> {marker.target_subject} "
         f"(msg id {marker.msg_id})"
@@ -90,11 +93,11 @@ async def _dlq_redrive(
 
 
 async def _resolve(
-    js: JetStreamContext, topology: Topology, args: argparse.Namespace, timings: BusTimings
+    js: JetStreamContext, store: EventStore, topology: Topology, args: argparse.Namespace
 ) -> int:
     state, seq = await resolve(
-        js, topology, args.session_id, args.operation_id, args.outcome, who=args.by, why=args.why,
-        timings=timings,
+        store, topology, args.session_id, args.operation_id, args.outcome, who=args.by,
+        why=args.why,
     )
     print(
         f"operation {state.operation_id} resolved as {state.status.value} by {args.by} "
@@ -104,7 +107,7 @@ async def _resolve(
 
 
 async def _rebuild(
-    js: JetStreamContext, topology: Topology, args: argparse.Namespace, timings: BusTimings
+    js: JetStreamContext, store: EventStore, topology: Topology, args: argparse.Namespace
 ) -> int:
     out = await rebuild(js, topology, args.projection, args.session)
     if args.json:
@@ -120,7 +123,9 @@ async def _rebuild(
     return 0
 
 
-Action = Callable[[JetStreamContext, Topology, argparse.Namespace, BusTimings], Awaitable[int]]
+Action = Callable[
+    [JetStreamContext, EventStore, Topology, argparse.Namespace], Awaitable[int]
+]
 _ACTIONS: dict[tuple[str, str | None], Action] = {
     ("dlq", "list"): _dlq_list,
     ("dlq", "redrive"): _dlq_redrive,

@@ -14,11 +14,17 @@ import msgspec
 from nats.js import JetStreamContext
 from nats.js.errors import NotFoundError
 
-from libs.bus import DEAD_LETTER_DECODER, Context, DeadLetter, Topology, append, load
+from libs.bus import (
+    DEAD_LETTER_DECODER,
+    Context,
+    DeadLetter,
+    EventStore,
+    Repository,
+    Topology,
+    aggregates,
+)
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
-from libs.config import DEFAULT_TIMINGS, BusTimings
-from libs.domain import operation
-from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation
+from libs.events import Envelope, ExecuteOperation, WorkCommand
 
 REDRIVEN = "redriven"
 
@@ -115,13 +121,13 @@ async def read_letters(
 
 async def redrive(
     js: JetStreamContext,
+    store: EventStore,
     topology: Topology,
     dlq_seq: int,
     *,
     force: bool = False,
     clock: Clock = SYSTEM_CLOCK,
     ids: Ids = RANDOM_IDS,
-    timings: BusTimings = DEFAULT_TIMINGS,
 ) -> Redriven:
     """Send a dead letter's work back, then record that it was redriven.
 
@@ -130,6 +136,7 @@ async def redrive(
     - operations: old events are never appended again (history is immutable); a fresh
       `work.execute` asks a worker to load the operation and carry on from its state.
     Other streams hold immutable events read by replay, so their letters are refused.
+    Letters are read from the DLQ stream (`js`); everything written goes through `store`.
     """
     letters = {x.dlq_seq: x for x in await read_letters(js, topology)}
     letter = letters.get(dlq_seq)
@@ -144,11 +151,11 @@ async def redrive(
     now = clock.now()
     if letter.source == Context.WORK.value:
         target = letter.record.source_subject
-        await js.publish(target, letter.record.payload, headers={"Nats-Msg-Id": msg_id})
+        await store.put(target, letter.record.payload, msg_id=msg_id)
         action = "republished work command"
     elif letter.source == Context.OPERATIONS.value:
         target, action = await _execute_again(
-            js, topology, letter, dlq_seq, msg_id, now=now, timings=timings
+            store, topology, letter, dlq_seq, msg_id, now=now, clock=clock, ids=ids
         )
     else:
         raise OperatorError(
@@ -162,27 +169,23 @@ async def redrive(
         action=action,
         redriven_at=now,
     )
-    await js.publish(
+    await store.put(
         f"{topology.prefix}.dlq.{REDRIVEN}.{letter.session_id}",
         msgspec.json.encode(marker),
-        headers={"Nats-Msg-Id": f"marker:{msg_id}"},
+        msg_id=f"marker:{msg_id}",
     )
     return marker
 
 
 async def _execute_again(
-    js: JetStreamContext, topology: Topology, letter: Letter, dlq_seq: int, msg_id: str, *,
-    now: datetime, timings: BusTimings,
+    store: EventStore, topology: Topology, letter: Letter, dlq_seq: int, msg_id: str, *,
+    now: datetime, clock: Clock, ids: Ids,
 ) -> tuple[str, str]:
     if letter.operation_id is None:
         raise OperatorError(f"dead letter {dlq_seq} names no operation")
-    loaded = await load(
-        js,
-        topology.stream_name(Context.OPERATIONS),
-        topology.operation_subject(letter.session_id, letter.operation_id),
-        OPERATIONS,
-        operation.evolve,
-        timings=timings,
+    operations = Repository(store, aggregates.operations(topology), clock=clock, ids=ids)
+    loaded = await operations.load(
+        topology.operation_subject(letter.session_id, letter.operation_id)
     )
     state = loaded.state
     if state is None:
@@ -193,12 +196,13 @@ async def _execute_again(
             "does not run again (admit a new one)"
         )
     target = topology.work_subject(letter.session_id, letter.operation_id)
-    command = Envelope(
+    command: Envelope[WorkCommand] = Envelope(
         event_id=f"work.execute:{letter.operation_id}:redrive:{dlq_seq}",
         occurred_at=now,
         session_id=letter.session_id,
         operation_id=letter.operation_id,
         event=ExecuteOperation(),
     )
-    await append(js, WORK, target, command, msg_id=msg_id, timings=timings)
+    work = Repository(store, aggregates.work(topology), clock=clock, ids=ids)
+    await work.record(target, command, msg_id=msg_id)
     return target, f"work.execute for an operation in {state.status.value}"

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from nats.js import JetStreamContext
-
-from libs.bus import ConcurrencyConflict, Context, Topology, append, load
+from libs.bus import ConcurrencyConflict, EventStore, Repository, Topology, aggregates
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
-from libs.config import DEFAULT_TIMINGS, BusTimings
 from libs.domain import OperationState, OpStatus, operation
-from libs.events import (
-    OPERATIONS,
-    OperationCommitted,
-    OperationEvent,
-    OperationFailedFinal,
-)
+from libs.events import OperationCommitted, OperationEvent, OperationFailedFinal
 
 from .deadletters import OperatorError
 
-Outcome = Literal["committed", "failed"]
+# What an operator says an UNKNOWN operation became.
+Resolution = Literal["committed", "failed"]
 
 
-def resolution(state: OperationState, outcome: Outcome, who: str, why: str) -> OperationEvent:
+def resolution(state: OperationState, outcome: Resolution, who: str, why: str) -> OperationEvent:
     """The event that records an operator's decision, with who decided and why."""
     if outcome == "committed":
         return OperationCommitted(
@@ -36,26 +29,23 @@ def resolution(state: OperationState, outcome: Outcome, who: str, why: str) -> O
 
 
 async def resolve(
-    js: JetStreamContext,
+    store: EventStore,
     topology: Topology,
     session_id: str,
     operation_id: str,
-    outcome: Outcome,
+    outcome: Resolution,
     *,
     who: str,
     why: str,
     clock: Clock = SYSTEM_CLOCK,
     ids: Ids = RANDOM_IDS,
-    timings: BusTimings = DEFAULT_TIMINGS,
 ) -> tuple[OperationState, int]:
     """Append the operator's verdict on an UNKNOWN operation; refuse any other state."""
     if not who.strip() or not why.strip():
         raise OperatorError("--by and --why must both say something")
     subject = topology.operation_subject(session_id, operation_id)
-    loaded = await load(
-        js, topology.stream_name(Context.OPERATIONS), subject, OPERATIONS, operation.evolve,
-        timings=timings,
-    )
+    operations = Repository(store, aggregates.operations(topology), clock=clock, ids=ids)
+    loaded = await operations.load(subject)
     state = loaded.state
     if state is None:
         raise OperatorError(f"operation {session_id}/{operation_id} has no events")
@@ -71,10 +61,8 @@ async def resolve(
         now=clock.now(),
     )
     try:
-        ack = await append(
-            js, OPERATIONS, subject, env, expected_last_subject_seq=loaded.last_seq,
-            timings=timings,
-        )
+        # One decision on what the operator saw: a change meanwhile is theirs to look at.
+        ack = await operations.append(subject, env, expected=loaded.last_seq)
     except ConcurrencyConflict:
         raise OperatorError(
             f"operation {operation_id} changed while resolving it; look again and retry"

@@ -25,19 +25,22 @@ from datetime import datetime
 from typing import ClassVar
 
 from libs.bus import (
+    CONFLICT_RETRY,
     ClaimConflict,
     ConcurrencyConflict,
+    ConflictRetry,
+    ConnectedEventStore,
     Context,
     EventStore,
     Received,
-    load_from,
+    Repository,
+    aggregates,
     replay_owned,
 )
-from libs.clock import SYSTEM_CLOCK, Clock
+from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.crash import crash_point
-from libs.domain import Projection
+from libs.domain import OperationState, Projection
 from libs.domain import batch as batch_domain
-from libs.domain import operation as operation_domain
 from libs.domain.batch import (
     BatchState,
     CloseBatch,
@@ -49,16 +52,16 @@ from libs.domain.batch import (
 )
 from libs.events import (
     BATCHES,
-    DELIVERIES,
     OPERATIONS,
     BatchEvent,
     BatchOpened,
+    DeliveryEvent,
     DeliveryReady,
     Envelope,
     OperationEvent,
     OperationProgress,
 )
-from libs.metrics import COMPLETE_TO_DELIVERY_READY, DUPLICATE_DELIVERIES, EVENTS_PUBLISHED
+from libs.metrics import COMPLETE_TO_DELIVERY_READY, DUPLICATE_DELIVERIES
 from libs.models import MockModel, OperationOutcome, SummaryModel
 from libs.service import Runtime
 from libs.tools import ToolDeclaration, ToolRegistry
@@ -79,9 +82,6 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-# Optimistic-concurrency retries before the message is handed back for redelivery.
-_MAX_CONFLICTS = 8
-
 
 class Coordinator:
     """Batch projections plus the handlers that close each batch exactly once."""
@@ -101,10 +101,24 @@ class Coordinator:
         registry: ToolRegistry | None = None,
         store: EventStore | None = None,
         clock: Clock = SYSTEM_CLOCK,
+        ids: Ids = RANDOM_IDS,
+        retry: ConflictRetry = CONFLICT_RETRY,
     ) -> None:
         self._rt = runtime
-        # The broker's store unless one is injected (the in-memory one in fast tests).
-        self._store = store
+        # The broker's store (read once connected) unless one is given (fast tests).
+        self._store: EventStore = store if store is not None else ConnectedEventStore(runtime)
+        topology = runtime.topology
+        # Every write goes through these (libs/bus/repository.py); a losing batch step is
+        # read and made again under the one conflict policy (`advance`).
+        self._batch_log = Repository(
+            self._store, aggregates.batches(topology), clock=clock, ids=ids, retry=retry
+        )
+        self._deliveries = Repository(
+            self._store, aggregates.deliveries(topology), clock=clock, ids=ids
+        )
+        self.operations: Repository[OperationState, OperationEvent] = Repository(
+            self._store, aggregates.operations(topology), clock=clock, ids=ids
+        )
         self._clock = clock
         self._settings = settings
         self._model = model
@@ -134,8 +148,8 @@ class Coordinator:
 
     @property
     def store(self) -> EventStore:
-        """Where the coordinator appends (the broker, or the injected store in fast tests)."""
-        return self._store if self._store is not None else self._rt.store
+        """Where the coordinator reads and appends (the broker, or the given store)."""
+        return self._store
 
     # ------------------------------------------------------------------ start-up
 
@@ -204,16 +218,17 @@ class Coordinator:
     async def advance(self, session_id: str, batch_id: str, *, cause: str | None) -> None:
         """Close the batch once every member is known to be terminal."""
         lock = self._locks.setdefault(batch_id, asyncio.Lock())
+        subject = self._rt.topology.batch_subject(session_id, batch_id)
+
+        async def step() -> None:
+            await self._advance(session_id, batch_id, cause)
+
+        async def reload() -> None:
+            log.info("batch %s moved under us; reloading", batch_id)
+            await self._reload(session_id, batch_id)
+
         async with lock:
-            for _ in range(_MAX_CONFLICTS):
-                try:
-                    await self._advance(session_id, batch_id, cause)
-                except ConcurrencyConflict as exc:
-                    log.info("batch %s moved under us (%s); reloading", batch_id, exc)
-                    await self._reload(session_id, batch_id)
-                else:
-                    return
-            raise RuntimeError(f"batch {batch_id}: too many concurrent writers")
+            await self._batch_log.retrying(subject, step, refresh=reload)
 
     async def _advance(self, session_id: str, batch_id: str, cause: str | None) -> None:
         state, seq = await self._batch(session_id, batch_id)
@@ -242,7 +257,7 @@ class Coordinator:
             for m, s in zip(state.members, members, strict=True)
         ]
         text = await self._summary(outcomes)
-        ready = Envelope(
+        ready: Envelope[DeliveryEvent] = Envelope(
             event_id=f"{delivery_id}-ready",
             occurred_at=self._clock.now(),
             session_id=state.session_id,
@@ -261,11 +276,8 @@ class Coordinator:
         )
         subject = self._rt.topology.delivery_subject(state.session_id, delivery_id)
         try:
-            appended = await self.store.append(
-                DELIVERIES, subject, ready, expected_last_subject_seq=0
-            )
+            appended = await self._deliveries.append(subject, ready, expected=0)
             if not appended.duplicate:
-                EVENTS_PUBLISHED.labels(stream="deliveries").inc()
                 terminal_at = self.last_terminal_at.get(state.batch_id)
                 if terminal_at is not None:
                     elapsed = (ready.occurred_at - terminal_at).total_seconds()
@@ -301,7 +313,7 @@ class Coordinator:
             # Never a note after (or racing) the closing.
             return
         delivery_id = progress_delivery_id(env.event_id)
-        note = Envelope(
+        note: Envelope[DeliveryEvent] = Envelope(
             event_id=f"{delivery_id}-ready",
             occurred_at=self._clock.now(),
             session_id=env.session_id,
@@ -320,7 +332,7 @@ class Coordinator:
         )
         subject = self._rt.topology.delivery_subject(env.session_id, delivery_id)
         try:
-            await self.store.append(DELIVERIES, subject, note, expected_last_subject_seq=0)
+            await self._deliveries.append(subject, note, expected=0)
         except ConcurrencyConflict:
             return
 
@@ -337,14 +349,7 @@ class Coordinator:
         return state, self.batches.last_seq.get(batch_id, 0)
 
     async def _reload(self, session_id: str, batch_id: str) -> None:
-        topo = self._rt.topology
-        loaded = await load_from(
-            self.store,
-            topo.stream_name(Context.BATCHES),
-            topo.batch_subject(session_id, batch_id),
-            BATCHES,
-            batch_domain.evolve,
-        )
+        loaded = await self._batch_log.load(self._rt.topology.batch_subject(session_id, batch_id))
         # Never step back behind what the consumer applied while the replay ran.
         if loaded.state is not None and loaded.last_seq >= self.batches.last_seq.get(batch_id, 0):
             self.batches.states[batch_id] = loaded.state
@@ -365,10 +370,7 @@ class Coordinator:
                 causation_id=cause,
                 event=event,
             )
-            appended = await self.store.append(
-                BATCHES, subject, env, expected_last_subject_seq=seq
-            )
-            EVENTS_PUBLISHED.labels(stream="batches").inc()
+            appended = await self._batch_log.append(subject, env, expected=seq)
             new_state = self.batches.apply(env, appended.seq)
             state, seq = new_state or state, appended.seq
             crash_point(f"coordinator.after_{str(event.__struct_config__.tag).split('.')[-1]}")
@@ -380,14 +382,8 @@ class Coordinator:
             return view
         # Never seen what the operation is (a batch opened by an earlier version, and no
         # request or rejection folded): its own subject says, through its state machine.
-        session_id = state.session_id
-        topo = self._rt.topology
-        loaded = await load_from(
-            self.store,
-            topo.stream_name(Context.OPERATIONS),
-            topo.operation_subject(session_id, operation_id),
-            OPERATIONS,
-            operation_domain.evolve,
+        loaded = await self.operations.load(
+            self._rt.topology.operation_subject(state.session_id, operation_id)
         )
         return loaded.state
 

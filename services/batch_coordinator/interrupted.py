@@ -23,7 +23,7 @@ from datetime import timedelta
 from libs.bus import ConcurrencyConflict
 from libs.clock import Clock
 from libs.domain.batch import BatchState
-from libs.events import OPERATIONS, Envelope, OperationRejected
+from libs.events import Envelope, OperationEvent, OperationRejected
 from libs.models.phrasing import reason_words
 
 from .domain import silent_members
@@ -73,7 +73,7 @@ class InterruptedSweep:
         return rejected
 
     async def _reject(self, state: BatchState, operation_id: str, tool: str) -> int:
-        env = Envelope(
+        env: Envelope[OperationEvent] = Envelope(
             # Derived from the member, so a resend after a lost ack is the same message.
             event_id=f"{operation_id}-interrupted",
             occurred_at=self._clock.now(),
@@ -92,9 +92,7 @@ class InterruptedSweep:
         topology = self._coordinator.runtime.topology
         subject = topology.operation_subject(state.session_id, operation_id)
         try:
-            await self._coordinator.store.append(
-                OPERATIONS, subject, env, expected_last_subject_seq=0
-            )
+            await self._coordinator.operations.append(subject, env, expected=0)
         except ConcurrencyConflict:
             self._spoken.add(operation_id)
             return 0

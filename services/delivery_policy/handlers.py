@@ -13,10 +13,19 @@ import contextlib
 import logging
 from datetime import datetime, timedelta
 
-from libs.bus import ConcurrencyConflict, Context, EventStore, Received, load_from, replay_owned
+from libs.bus import (
+    CONFLICT_RETRY,
+    ConflictRetry,
+    ConnectedEventStore,
+    Context,
+    EventStore,
+    Received,
+    Repository,
+    aggregates,
+    replay_owned,
+)
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.crash import pause_point
-from libs.domain import delivery as delivery_domain
 from libs.domain.delivery import DeliveryState
 from libs.domain.delivery import envelope_for as delivery_envelope
 from libs.domain.delivery_gate import decide_delivery
@@ -35,7 +44,6 @@ from libs.events import (
 )
 from libs.metrics import (
     DELIVERY_READY_TO_DECISION,
-    EVENTS_PUBLISHED,
     NEXT_TURN_RESYNCS,
     STALE_DELIVERIES,
 )
@@ -46,7 +54,6 @@ from .settings import Settings
 
 log = logging.getLogger(__name__)
 
-_MAX_CONFLICTS = 8
 _RETRY_AFTER = timedelta(seconds=1)
 
 
@@ -61,10 +68,16 @@ class Gate:
         store: EventStore | None = None,
         clock: Clock = SYSTEM_CLOCK,
         ids: Ids = RANDOM_IDS,
+        retry: ConflictRetry = CONFLICT_RETRY,
     ) -> None:
         self._rt = runtime
-        # The broker's store unless one is injected (the in-memory one in fast tests).
-        self._store = store
+        # The broker's store (read once connected) unless one is given (fast tests).
+        self._events: EventStore = store if store is not None else ConnectedEventStore(runtime)
+        # Every write goes through it; a losing decision is made again under the one policy.
+        self._deliveries = Repository(
+            self._events, aggregates.deliveries(runtime.topology), clock=clock, ids=ids,
+            retry=retry,
+        )
         self._clock = clock
         self._ids = ids
         self._policy = settings.policy
@@ -78,10 +91,6 @@ class Gate:
         # the broker was unavailable (`Consumer._patiently`) finds its event folded already
         # and must still decide, or a closing waits for ever.
         self._undecided: set[str] = set()
-
-    @property
-    def _events(self) -> EventStore:
-        return self._store if self._store is not None else self._rt.store
 
     # ------------------------------------------------------------------ start-up
 
@@ -184,31 +193,41 @@ class Gate:
                 await self._evaluate(delivery.delivery_id, cause)
 
     async def _evaluate(self, delivery_id: str, cause: str | None) -> None:
-        for _ in range(_MAX_CONFLICTS):
-            state = self.state.deliveries.get(delivery_id)
-            if state is None or not state.open:
-                self._disarm(delivery_id)
-                return
-            now = self._clock.now()
-            outcome = decide_delivery(state, self.state.view(state.session_id), now, self._policy)
-            if outcome.events:
-                await pause_point("policy.before_decision_recorded")
-            try:
-                await self._append(state, outcome.events, cause)
-            except ConcurrencyConflict:
-                # The surface wrote (sent, spoken, unheard) meanwhile: reload and decide again.
-                await self._reload(state)
-                continue
-            if outcome.first_decision is not None and state.ready_at is not None:
-                elapsed = max((now - state.ready_at).total_seconds(), 0.0)
-                DELIVERY_READY_TO_DECISION.labels(decision=outcome.first_decision).observe(elapsed)
-            if outcome.stale:
-                STALE_DELIVERIES.inc()
-            if outcome.resync:
-                NEXT_TURN_RESYNCS.inc()
-            self._arm(state.session_id, delivery_id, outcome.recheck_at)
+        state = self.state.deliveries.get(delivery_id)
+        if state is None or not state.open:
+            self._disarm(delivery_id)
             return
-        raise RuntimeError(f"delivery {delivery_id}: too many concurrent writers")
+        subject = self._rt.topology.delivery_subject(state.session_id, delivery_id)
+
+        async def decide() -> None:
+            await self._decide(delivery_id, cause)
+
+        async def reload() -> None:
+            # The surface wrote (sent, spoken, unheard) meanwhile: reload and decide again.
+            current = self.state.deliveries.get(delivery_id)
+            if current is not None:
+                await self._reload(current)
+
+        await self._deliveries.retrying(subject, decide, refresh=reload)
+
+    async def _decide(self, delivery_id: str, cause: str | None) -> None:
+        state = self.state.deliveries.get(delivery_id)
+        if state is None or not state.open:
+            self._disarm(delivery_id)
+            return
+        now = self._clock.now()
+        outcome = decide_delivery(state, self.state.view(state.session_id), now, self._policy)
+        if outcome.events:
+            await pause_point("policy.before_decision_recorded")
+        await self._append(state, outcome.events, cause)
+        if outcome.first_decision is not None and state.ready_at is not None:
+            elapsed = max((now - state.ready_at).total_seconds(), 0.0)
+            DELIVERY_READY_TO_DECISION.labels(decision=outcome.first_decision).observe(elapsed)
+        if outcome.stale:
+            STALE_DELIVERIES.inc()
+        if outcome.resync:
+            NEXT_TURN_RESYNCS.inc()
+        self._arm(state.session_id, delivery_id, outcome.recheck_at)
 
     async def _append(
         self, state: DeliveryState, events: list[DeliveryEvent], cause: str | None
@@ -220,21 +239,13 @@ class Gate:
                 state, event, event_id=self._ids.new("ev"), now=self._clock.now(),
                 causation_id=cause,
             )
-            appended = await self._events.append(
-                DELIVERIES, subject, env, expected_last_subject_seq=seq
-            )
-            EVENTS_PUBLISHED.labels(stream="deliveries").inc()
+            appended = await self._deliveries.append(subject, env, expected=seq)
             self.state.apply_delivery(env, appended.seq)
             cause = env.event_id
 
     async def _reload(self, state: DeliveryState) -> None:
-        topo = self._rt.topology
-        loaded = await load_from(
-            self._events,
-            topo.stream_name(Context.DELIVERIES),
-            topo.delivery_subject(state.session_id, state.delivery_id),
-            DELIVERIES,
-            delivery_domain.evolve,
+        loaded = await self._deliveries.load(
+            self._rt.topology.delivery_subject(state.session_id, state.delivery_id)
         )
         if loaded.state is not None:
             self.state.replace_delivery(loaded.state, loaded.last_seq)

@@ -25,6 +25,7 @@ from fastapi.staticfiles import StaticFiles
 
 from libs import metrics
 from libs.admission import Admission, LoadView
+from libs.bus import ConnectedEventStore
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.config import ModelSettings
 from libs.consumers import Consumers
@@ -53,7 +54,7 @@ from .core.demo import add_demo_routes
 from .core.http import install
 from .core.surface import Started, Surface
 from .core.view import SurfaceView
-from .core.writes import ConnectedStore, SurfaceWrites
+from .core.writes import SurfaceWrites
 from .delivery.executor import DeliveryExecutor
 from .settings import Settings
 from .voice.call import CallRegistry
@@ -88,14 +89,13 @@ def start_parts(
     clock: Clock = surface.clock
     ids: Ids = surface.ids
     admission = Admission(
-        runtime.jetstream,
+        runtime.store,
         runtime.topology,
         registry,
         load_view,
         runtime.bucket("intents"),
         clock=clock,
         ids=ids,
-        timings=runtime.timings,
     )
     turns = Turns(
         view=surface.view,
@@ -171,7 +171,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         name=SERVICE, settings=settings.bus, publishes=published_contexts(PUBLICATIONS)
     )
     # The one write path: repositories over the runtime's event store, reading the view.
-    writes = SurfaceWrites(view, ConnectedStore(runtime), runtime.topology, clock=clock, ids=ids)
+    writes = SurfaceWrites(
+        view, ConnectedEventStore(runtime), runtime.topology, clock=clock, ids=ids
+    )
     surface = Surface(
         runtime=runtime, view=view, settings=settings, writes=writes, clock=clock, ids=ids
     )

@@ -6,6 +6,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
 from libs import metrics, tracing
+from libs.bus import ConnectedEventStore
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK
 from libs.consumers import Bound, Consumers
 from libs.domain import TERMINAL
@@ -37,10 +38,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     runtime = Runtime(
         name=SERVICE, settings=settings.bus, publishes=published_contexts(PUBLICATIONS)
     )
-    # The process's one clock and id factory, chosen here at its root; the worker reads the
-    # broker connection from the runtime once it is started.
+    # The process's one clock, id factory and event store, chosen here at its root; the store
+    # reads the broker connection from the runtime once it is started.
     clock, ids = SYSTEM_CLOCK, RANDOM_IDS
-    worker = Worker(runtime, registry, settings, clock=clock, ids=ids)
+    worker = Worker(
+        runtime, registry, settings, store=ConnectedEventStore(runtime), clock=clock, ids=ids
+    )
     tuning = {"max_in_flight": settings.max_in_flight, "batch": settings.work_batch}
     consumers = Consumers(
         CONSUMERS,

@@ -17,7 +17,8 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from harness.processes import ServiceProcess, free_port
-from libs.bus import Context, Topology, append, last_subject_seq, replay
+from libs.bus import Context, Topology, last_subject_seq, replay
+from libs.bus.store import append
 from libs.domain import delivery as delivery_domain
 from libs.domain.batch import final_delivery_id
 from libs.domain.delivery import DeliveryState

@@ -11,7 +11,8 @@ import pytest
 from nats.js import JetStreamContext
 
 from harness.surface import eventually
-from libs.bus import ConcurrencyConflict, Topology, append
+from libs.bus import ConcurrencyConflict, Topology
+from libs.bus.store import append
 from libs.domain.batch import BatchState
 from libs.events import (
     OPERATIONS,

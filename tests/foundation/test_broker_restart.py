@@ -12,12 +12,12 @@ from libs.bus import (
     DurableConsumer,
     Received,
     Topology,
-    append,
     connect,
     ensure_streams,
     replay,
     spec_for,
 )
+from libs.bus.store import append
 from libs.config import BusSettings
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent
 from tests.support.events import envelope

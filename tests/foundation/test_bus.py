@@ -21,7 +21,6 @@ from libs.bus import (
     Poison,
     Received,
     Topology,
-    append,
     claim_once,
     ensure_consumer,
     last_subject_seq,
@@ -30,6 +29,7 @@ from libs.bus import (
     spec_for,
     stream_last_seq,
 )
+from libs.bus.store import append
 from libs.config import BusSettings
 from libs.domain import OperationState, OpStatus, Projection, operation
 from libs.events import (

@@ -1,21 +1,19 @@
 """A durable consumer takes its deliveries where the client's parser reads them
 (`libs/bus/pull.py`, `BusClient.deliver_directly`), on the broker: per-session order kept,
 other sessions not held up, nothing through nats-py's subscription queue, and the messages
-in hand handed back when abandoned."""
+in hand handed back when abandoned. A connection in the "plain" bus mode (nats-py's own
+client) is served through nats-py's fetch instead: tests/foundation/test_bus_plain.py."""
 
 from __future__ import annotations
 
 import asyncio
 from typing import Any
 
-import nats
-import pytest
-from nats.aio.client import Client
 from nats.js import JetStreamContext
 
 from harness.surface import eventually
-from libs.bus import Context, DurableConsumer, Received, Topology, append, spec_for
-from libs.config import BusSettings
+from libs.bus import Context, DurableConsumer, Received, Topology, spec_for
+from libs.bus.store import append
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent
 from tests.support.events import envelope
 
@@ -137,19 +135,3 @@ async def test_abandoned_messages_in_hand_are_counted_and_handed_back_at_once(
     # Redelivery follows the hand-backs, not the stream's order.
     assert sorted(op for op, _ in again) == ["op0", "op1", "op2"]
     assert all(delivered >= 2 for _, delivered in again), again
-
-
-async def test_a_connection_not_made_by_the_bus_is_refused(
-    bus_settings: BusSettings, topology: Topology, js: JetStreamContext
-) -> None:
-    plain: Client = await nats.connect(bus_settings.nats_url)
-    try:
-
-        async def handle(received: Received[OperationEvent]) -> None:
-            raise AssertionError("never delivered")
-
-        consumer = _consumer(plain.jetstream(), topology, "plain", handle)
-        with pytest.raises(TypeError, match=r"libs\.bus\.connect"):
-            await asyncio.wait_for(consumer.run(), 10)
-    finally:
-        await plain.close()

@@ -25,7 +25,8 @@ from opentelemetry.trace import SpanKind
 from harness.processes import Broker
 from harness.surface import Chat, SurfaceStack, eventually, open_chat, unique
 from libs import tracing
-from libs.bus import Context, DurableConsumer, Received, Topology, append, connect, spec_for
+from libs.bus import Context, DurableConsumer, Received, Topology, connect, spec_for
+from libs.bus.store import append
 from libs.config import BusSettings
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent, OperationStarted
 from tests.observability.otlp import OtlpReceiver, ReceivedSpan

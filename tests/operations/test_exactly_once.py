@@ -8,7 +8,8 @@ import uuid
 from datetime import UTC, datetime
 
 from libs.admission import Admission, LoadView, ToolCall
-from libs.bus import append
+from libs.bus import NatsEventStore
+from libs.bus.store import append
 from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation, OperationAdmitted
 from libs.tools import default_registry
 from tests.operations.conftest import StackFactory
@@ -208,7 +209,7 @@ async def test_an_intent_maps_to_its_operation_across_an_admission_restart(
     # A new process: empty in-memory view, only the broker's create-once claims to go on.
     assert stack.js is not None
     fresh = Admission(
-        stack.js,
+        NatsEventStore(stack.js, {}),
         stack.topology,
         default_registry(),
         LoadView(),

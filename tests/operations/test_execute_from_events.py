@@ -15,7 +15,8 @@ import msgspec
 import pytest
 from nats.js import JetStreamContext
 
-from libs.bus import Context, Received, Topology, append, appended_to_empty
+from libs.bus import Context, Received, Topology, appended_to_empty
+from libs.bus.store import append
 from libs.config import BusSettings, ToolSettings
 from libs.domain import OpStatus
 from libs.events import (
@@ -200,13 +201,13 @@ async def _delivered(
 
 def _counting_loads(worker: Worker) -> list[str]:
     loads: list[str] = []
-    real = worker._load
+    real = worker.history.load
 
     async def load(session_id: str, operation_id: str) -> Any:
         loads.append(operation_id)
         return await real(session_id, operation_id)
 
-    worker._load = load  # type: ignore[method-assign]
+    worker.history.load = load  # type: ignore[method-assign]
     return loads
 
 

@@ -21,7 +21,8 @@ from nats.js import JetStreamContext
 from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
-from libs.bus import Poison, Received, Topology, append
+from libs.bus import Poison, Received, Topology
+from libs.bus.store import append
 from libs.clock import ManualClock
 from libs.config import BusSettings, ToolSettings
 from libs.events import WORK, CancelOperation, Envelope, ExecuteOperation, WorkCommand
@@ -257,7 +258,7 @@ async def test_an_exception_releases_the_lease(
     async def boom(*_: object) -> None:
         raise httpx.ConnectError("the provider vanished mid-step")
 
-    monkeypatch.setattr(failing, "_step", boom)
+    monkeypatch.setattr(failing.steps, "step", boom)
     with pytest.raises(httpx.ConnectError):
         await failing.work(_work(stack, session_id, op, ExecuteOperation()))
     assert await _state(kv, op) == "released"

@@ -30,16 +30,15 @@ from libs.events import (
 )
 from libs.tools import AttemptResult, Lookup, ToolDeclaration
 from libs.tools.executor import AttemptOutcome
-from services.operation_worker.domain import (
+from services.operation_worker.domain import RetryBudget, after_attempt
+from services.operation_worker.stepping import (
     GRACE_S,
     Attempt,
     DeadLetterIt,
     Emit,
     Reconcile,
-    RetryBudget,
     Stop,
     Wait,
-    after_attempt,
     after_attempt_budgeted,
     after_cancel,
     after_reconcile,

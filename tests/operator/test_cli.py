@@ -16,7 +16,8 @@ import pytest
 from nats.js import JetStreamContext
 
 from harness.processes import Broker
-from libs.bus import Context, DeadLetter, Topology, append, read_subject
+from libs.bus import Context, DeadLetter, Topology, read_subject
+from libs.bus.store import append
 from libs.events import (
     OPERATIONS,
     WORK,

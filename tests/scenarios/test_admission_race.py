@@ -27,7 +27,7 @@ from nats.js import JetStreamContext
 from harness.processes import Broker
 from harness.surface import Chat, SurfaceStack, open_chat, running_stack, unique
 from libs.admission import Admission, LoadView, ToolCall, TurnContext
-from libs.bus import Context, Topology, connect, read_subject
+from libs.bus import Context, NatsEventStore, Topology, connect, read_subject
 from libs.config import BusSettings
 from libs.events import OPERATIONS
 from libs.tools import default_registry
@@ -163,7 +163,7 @@ async def test_a_claim_whose_admission_died_before_writing_is_adopted_after_the_
     intents = await js.key_value(topology.bucket("intents"))
     user = f"u-{uuid.uuid4().hex[:8]}"
     call = ToolCall("provision_access", {"accesses": ["wiki"]}, "call_same")
-    first = await Admission(js, topology, registry, LoadView(), intents).admit(
+    first = await Admission(NatsEventStore(js, {}), topology, registry, LoadView(), intents).admit(
         _turn(f"s_{uuid.uuid4().hex[:12]}", user), [call]
     )
     key = first.outcomes[0].intent_key
@@ -176,7 +176,7 @@ async def test_a_claim_whose_admission_died_before_writing_is_adopted_after_the_
     session = f"s_{uuid.uuid4().hex[:12]}"
     loop = asyncio.get_running_loop()
     started = loop.time()
-    turn = await Admission(js, topology, registry, LoadView(), intents).admit(
+    turn = await Admission(NatsEventStore(js, {}), topology, registry, LoadView(), intents).admit(
         _turn(session, user), [call]
     )
     waited = loop.time() - started

@@ -154,3 +154,42 @@ async def test_a_guarded_append_raises_and_a_record_is_stored_once() -> None:
     assert not first.duplicate
     assert second.duplicate
     assert second.seq == first.seq
+
+
+async def test_retrying_runs_a_step_again_after_catching_up_then_gives_up() -> None:
+    store = MemoryEventStore()
+    repo = _repo(store, attempts=3)
+    await repo.append(SUBJECT, _ready(), expected=0)
+    steps: list[int] = []
+    refreshed: list[int] = []
+
+    async def step() -> str:
+        steps.append(len(steps))
+        if len(steps) < 3:
+            # Decided on a sequence someone else has moved past.
+            await repo.append(SUBJECT, _ready(), expected=0)
+        return "done"
+
+    async def refresh() -> None:
+        refreshed.append(len(steps))
+
+    assert await repo.retrying(SUBJECT, step, refresh=refresh) == "done"
+    assert steps == [0, 1, 2]
+    assert refreshed == [1, 2]
+
+    async def always_late() -> None:
+        await repo.append(SUBJECT, _ready(), expected=0)
+
+    with pytest.raises(TooManyConflicts) as raised:
+        await repo.retrying(SUBJECT, always_late)
+    assert raised.value.attempts == 3
+
+
+async def test_a_record_that_is_not_an_event_is_put_once() -> None:
+    store = MemoryEventStore()
+    first = await store.put("fast.dlq.operations.s1", b"letter", msg_id="dlq:op1:3")
+    again = await store.put("fast.dlq.operations.s1", b"letter", msg_id="dlq:op1:3")
+    assert not first.duplicate
+    assert again.duplicate
+    assert again.seq == first.seq
+    assert store.records("fast.dlq.>") == [b"letter"]

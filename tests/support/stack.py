@@ -14,7 +14,15 @@ from nats.js import JetStreamContext
 
 from harness.processes import ServiceProcess, free_port
 from libs.admission import Admission, LoadView, ToolCall, TurnAdmission, TurnContext
-from libs.bus import Context, Topology, connect, ensure_buckets, ensure_streams, load
+from libs.bus import (
+    Context,
+    NatsEventStore,
+    Topology,
+    connect,
+    ensure_buckets,
+    ensure_streams,
+    load_from,
+)
 from libs.config import BusSettings, ToolSettings
 from libs.domain import OperationState, operation
 from libs.events import (
@@ -99,7 +107,7 @@ class OpsStack:
         registry = default_registry(settings=self.tools)
         registry.load_modules(["tests.support.tools_plugin"])
         self.admission = Admission(
-            self.js,
+            NatsEventStore(self.js, {}),
             self.topology,
             registry,
             self.view,
@@ -169,8 +177,8 @@ class OpsStack:
     ) -> tuple[OperationState | None, list[Envelope[OperationEvent]]]:
         """An operation's state and events, read from the stream."""
         assert self.js is not None
-        loaded = await load(
-            self.js,
+        loaded = await load_from(
+            NatsEventStore(self.js, {}),
             self.topology.stream_name(Context.OPERATIONS),
             self.topology.operation_subject(session_id, operation_id),
             OPERATIONS,

@@ -21,7 +21,8 @@ from harness.surface import (
     open_chat,
     unique,
 )
-from libs.bus import Context, Topology, append, connect
+from libs.bus import Context, Topology, connect
+from libs.bus.store import append
 from libs.config import BusSettings
 from libs.events import INTERACTION, Envelope, TurnReceived
 from services.interaction_surface.delivery.routing import ACTED_ON

@@ -28,7 +28,6 @@ from libs.bus import (
     TooManyConflicts,
     Topology,
 )
-from libs.bus.store import Claim
 from libs.clock import Clock, Ids
 from libs.domain import DeliveryState, SessionState, delivery, session
 from libs.domain.delivery import envelope_for as delivery_envelope
@@ -37,11 +36,9 @@ from libs.events import (
     INTERACTION,
     DeliveryEvent,
     Envelope,
-    EventCodec,
     InteractionEvent,
     TurnReplied,
 )
-from libs.service import Runtime
 
 from .view import SurfaceView
 
@@ -75,47 +72,6 @@ class ViewSource(Generic[S]):
         by the writer that won)."""
         if not appended.duplicate:
             await self._view.wait_applied(self._context, appended.seq)
-
-
-class ConnectedStore:
-    """The runtime's event store, asked for at each call: the composition root builds the
-    repositories before the broker connection exists (routes and consumers take them), and
-    the runtime hands out its store once connected."""
-
-    def __init__(self, runtime: Runtime) -> None:
-        self._runtime = runtime
-
-    async def append(
-        self,
-        codec: EventCodec[Any],
-        subject: str,
-        envelope: Envelope[Any],
-        *,
-        expected_last_subject_seq: int | None = None,
-        msg_id: str | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> Appended:
-        """See `EventStore.append`."""
-        return await self._runtime.store.append(
-            codec, subject, envelope, expected_last_subject_seq=expected_last_subject_seq,
-            msg_id=msg_id, headers=headers,
-        )
-
-    async def read_subject(self, stream: str, subject: str, codec: EventCodec[T]) -> Any:
-        """See `EventStore.read_subject`."""
-        return await self._runtime.store.read_subject(stream, subject, codec)
-
-    async def last_seq(self, stream: str, subject: str) -> int:
-        """See `EventStore.last_seq`."""
-        return await self._runtime.store.last_seq(stream, subject)
-
-    async def claim_once(self, bucket: str, key: str, value: bytes) -> Claim:
-        """See `EventStore.claim_once`."""
-        return await self._runtime.store.claim_once(bucket, key, value)
-
-    async def read_claim(self, bucket: str, key: str) -> bytes | None:
-        """See `EventStore.read_claim`."""
-        return await self._runtime.store.read_claim(bucket, key)
 
 
 def aggregate_id(subject: str) -> str:
