@@ -78,7 +78,7 @@ bench-delivery: venv
 
 chaos: venv
 	scripts/ensure-system-deps.sh
-	$(BIN)/python -m tests.chaos $(CHAOS_ARGS)
+	$(BIN)/python -m tests.system.chaos $(CHAOS_ARGS)
 
 dashboards: venv
 	$(BIN)/python deploy/grafana/build.py

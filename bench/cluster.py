@@ -35,12 +35,12 @@ import httpx
 from bench.acceptance import Pace, _measure, _paced
 from bench.common import machine, percentiles_ms
 from bench.ops import run_round
-from harness.cluster import Cluster
-from harness.cluster_harness import CLUSTER_ENV, EXTRA, Conversations, now, settled
-from harness.processes import Broker
-from harness.surface import SurfaceStack
 from libs.bus import Context, Topology
 from libs.config import BusSettings
+from testkit.cluster import Cluster
+from testkit.cluster_harness import CLUSTER_ENV, EXTRA, Conversations, now, settled
+from testkit.processes import Broker
+from testkit.surface import SurfaceStack
 
 RESULTS = Path(__file__).parent / "results" / "cluster.json"
 KILL_LATENCY_MS = 1000

@@ -14,9 +14,9 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from harness.processes import Broker
 from libs.bus import BUCKETS, Topology, connect, ensure_buckets, ensure_streams
 from libs.config import BusSettings
+from testkit.processes import Broker
 
 _SHARED = pytest.StashKey[Broker]()
 
