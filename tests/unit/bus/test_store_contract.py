@@ -1,31 +1,25 @@
 """One contract, two event stores: the in-memory port must behave as JetStream does.
 
-Each test runs against `NatsEventStore` on the real broker and against `MemoryEventStore`,
-so the fast shell tests (marked `fast`) exercise the same semantics the services rely on.
+Each test runs here against `MemoryEventStore` and, re-collected in
+tests/component/bus/test_store_contract.py, against `NatsEventStore` on the real broker, so
+the fast shell tests exercise the same semantics the services rely on.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from libs.bus import (
-    BUCKETS,
     ClaimConflict,
     ConcurrencyConflict,
     Context,
     EventStore,
     MemoryEventStore,
-    NatsEventStore,
     Topology,
-    connect,
-    ensure_buckets,
-    ensure_streams,
     load_from,
 )
-from libs.config import BusSettings
 from libs.domain import batch as batch_domain
 from libs.events import (
     BATCHES,
@@ -45,28 +39,11 @@ from libs.events import (
 from testkit.events import envelope
 
 
-@pytest.fixture(params=["nats", pytest.param("memory", marks=pytest.mark.fast)])
-async def store(
-    request: pytest.FixtureRequest, topology: Topology
-) -> AsyncIterator[EventStore]:
-    if request.param == "memory":
-        yield MemoryEventStore(stream=topology.stream_name(Context.OPERATIONS))
-        return
-    # Only the NATS variant needs the broker: resolve its fixtures lazily.
-    bus_settings: BusSettings = request.getfixturevalue("bus_settings")
-    nc = await connect(bus_settings, name="store-contract")
-    js = nc.jetstream()
-    await ensure_streams(js, topology, bus_settings)
-    await ensure_buckets(js, topology, bus_settings)
-    buckets = {p: await js.key_value(topology.bucket(p)) for p in BUCKETS}
-    try:
-        yield NatsEventStore(js, buckets)
-    finally:
-        for spec in topology.streams():
-            await js.delete_stream(spec.name)
-        for purpose in BUCKETS:
-            await js.delete_key_value(topology.bucket(purpose))
-        await nc.close()
+@pytest.fixture(params=["memory"])
+def store(topology: Topology) -> EventStore:
+    """The in-memory port; tests/component/bus/test_store_contract.py runs the same tests
+    against `NatsEventStore` on the real broker."""
+    return MemoryEventStore(stream=topology.stream_name(Context.OPERATIONS))
 
 
 def _admitted(op: str, *, event_id: str | None = None) -> Any:
