@@ -148,16 +148,6 @@ async def test_tracing_is_off_by_default(
     assert tracing.current_trace_id() is None
 
 
-def test_an_otlp_endpoint_turns_tracing_on(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Nothing listens there: the batch processor exports in the background and gives up.
-    monkeypatch.setenv(tracing.ENDPOINT_VARIABLE, "http://127.0.0.1:9")
-    try:
-        assert tracing.configure("operation-worker")
-        assert tracing.enabled()
-    finally:
-        tracing.disable()
-
-
 @pytest.fixture
 def otlp() -> Iterator[OtlpReceiver]:
     """Where the service processes export their spans over OTLP/HTTP."""
