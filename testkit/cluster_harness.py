@@ -290,7 +290,7 @@ async def check_everything(conv: Conversations, cluster: Cluster) -> Verdict:
     return verdict
 
 
-async def settled(cluster: Cluster, prefix: str, timeout_s: float = 60.0) -> None:
+async def replicas_current(cluster: Cluster, prefix: str, timeout_s: float = 60.0) -> None:
     """Every stream of the system has a leader and all three replicas current."""
     for context in Context:
         await cluster.stream_info(Topology(prefix).stream_name(context), timeout_s=timeout_s)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -19,15 +18,10 @@ from typing import IO, Any
 import httpx
 import pytest
 
-ROOT = Path(__file__).resolve().parents[3]
+from testkit.processes import ROOT, free_port
+
 CALLBACK_SECRET = "provider-test-secret"
 READY_TIMEOUT_S = 20.0
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ProviderProcess:

@@ -29,7 +29,7 @@ from testkit.cluster_harness import (
     Conversations,
     check_everything,
     now,
-    settled,
+    replicas_current,
 )
 from testkit.surface import SurfaceStack
 
@@ -91,7 +91,7 @@ async def test_kill_of_the_operations_leader_mid_batch(
         assert await cluster.leader(stream) != leader
         # The node comes back on its store and catches up.
         cluster.restart(leader)
-        await settled(cluster, system.prefix)
+        await replicas_current(cluster, system.prefix)
         print(f"node {leader} back and current after {time.monotonic() - started:.1f} s")
         _assert_clean(await check_everything(conv, cluster))
 
@@ -145,7 +145,7 @@ async def test_kill_of_the_node_services_use_then_back_with_an_empty_disk(
 
         # Back with an empty disk: it rejoins and receives every stream again.
         cluster.restart(target, empty_disk=True)
-        await settled(cluster, system.prefix)
+        await replicas_current(cluster, system.prefix)
         # Its copy is real: with another node down, the wiped one is part of every quorum.
         now_leading = await cluster.leader(stream)
         other = next(n for n in cluster.names if n not in {target, now_leading})
@@ -154,7 +154,7 @@ async def test_kill_of_the_node_services_use_then_back_with_an_empty_disk(
         await conv.close_times(more, now())
         _assert_clean(await check_everything(conv, cluster))
         cluster.restart(other)
-        await settled(cluster, system.prefix)
+        await replicas_current(cluster, system.prefix)
 
 
 @pytest.mark.slow
@@ -183,5 +183,5 @@ async def test_pause_of_the_operations_leader_past_the_election_timeout(
         print(f"SIGSTOP of {stream} leader {leader}: closings after {sorted(closes)} s")
         # Woken up, it learns of the new term, steps down and catches up.
         await conv.close_times(more, paused_at)
-        await settled(cluster, system.prefix)
+        await replicas_current(cluster, system.prefix)
         _assert_clean(await check_everything(conv, cluster))

@@ -9,9 +9,6 @@ import pytest
 from testkit.phone import AUTH_TOKEN
 from testkit.processes import Broker
 from testkit.surface import SurfaceStack, running_stack
-from tests.system.surface.conftest import client
-
-__all__ = ["client", "stack"]
 
 
 @pytest.fixture(scope="package")

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from testkit.phone import AUTH_TOKEN
@@ -32,10 +31,3 @@ def running(
         broker.url, factory.mktemp("scenarios"), "c", env=env, surface_env=surface_env or {}
     ) as stack:
         yield stack
-
-
-@pytest.fixture
-async def client(stack: SurfaceStack) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client for the surface of the module's stack."""
-    async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
-        yield http

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 
-import httpx
 import pytest
 
 from testkit.processes import Broker
@@ -17,10 +16,3 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
     """The system for one test module."""
     with voice_stack(broker, tmp_path_factory.mktemp("voice")) as running:
         yield running
-
-
-@pytest.fixture
-async def client(stack: SurfaceStack) -> AsyncIterator[httpx.AsyncClient]:
-    """An HTTP client for the surface."""
-    async with httpx.AsyncClient(base_url=stack.url, timeout=15.0) as http:
-        yield http
