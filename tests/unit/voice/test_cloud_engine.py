@@ -27,10 +27,9 @@ from services.interaction_surface.voice.engines.deepgram import (
     VendorError,
 )
 from services.interaction_surface.voice.settings import deepgram_from_env
+from testkit.fake_cloud_speech import FakeDeepgram
 from testkit.phone import speech
 from testkit.surface import eventually
-
-from .fake_cloud_speech import FakeDeepgram
 
 ASK = "give me access to github"
 
