@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,6 +226,10 @@ class OpsStack:
             response = await client.post("/admin/faults", json=fault)
             response.raise_for_status()
             return str(response.json()["fault_id"])
+
+
+# What the operations tests' `make_stack` fixture hands out: start a stack of N workers.
+StackFactory = Callable[..., Awaitable[OpsStack]]
 
 
 def types(events: list[Envelope[OperationEvent]]) -> list[str]:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from libs.config import BusSettings
-from testkit.ops_stack import OpsStack
-
-StackFactory = Callable[..., Awaitable[OpsStack]]
+from testkit.ops_stack import OpsStack, StackFactory
 
 
 @pytest.fixture

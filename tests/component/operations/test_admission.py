@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from testkit.ops_stack import types
-from tests.component.operations.conftest import StackFactory
+from testkit.ops_stack import StackFactory, types
 
 BAD_INPUT = [
     ("launch_rockets", {"count": 1}, "unknown_tool"),

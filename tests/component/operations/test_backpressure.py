@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 
-from testkit.ops_stack import types
-from tests.component.operations.conftest import StackFactory
+from testkit.ops_stack import StackFactory, types
 
 
 async def test_reject_policy_caps_open_operations_per_user(make_stack: StackFactory) -> None:

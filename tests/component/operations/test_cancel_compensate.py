@@ -5,8 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from testkit.drained import drained
-from testkit.ops_stack import types
-from tests.component.operations.conftest import StackFactory
+from testkit.ops_stack import StackFactory, types
 
 # The provider completes a held booking this long after accepting it (202): only a window
 # longer than that shows it never completes one that was cancelled.

@@ -12,8 +12,7 @@ from libs.bus import append
 from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation, OperationAdmitted
 from libs.tools import default_registry
 from testkit.drained import drained
-from testkit.ops_stack import attempts, types
-from tests.component.operations.conftest import StackFactory
+from testkit.ops_stack import StackFactory, attempts, types
 
 
 async def test_batch_of_accesses_commits_each_once(make_stack: StackFactory) -> None:

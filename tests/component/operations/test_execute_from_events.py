@@ -27,8 +27,7 @@ from libs.tools import default_registry, sandbox_client
 from services.operation_worker.handlers import Worker
 from services.operation_worker.settings import Settings
 from testkit.drained import drained
-from testkit.ops_stack import OpsStack, types
-from tests.component.operations.conftest import StackFactory
+from testkit.ops_stack import OpsStack, StackFactory, types
 
 WorkerFactory = Callable[[str], Worker]
 

@@ -8,9 +8,8 @@ import signal
 import httpx
 
 from testkit.drained import drained
-from testkit.ops_stack import attempts, types
+from testkit.ops_stack import StackFactory, attempts, types
 from testkit.surface import eventually
-from tests.component.operations.conftest import StackFactory
 
 
 async def test_worker_killed_after_provider_commit_before_event(make_stack: StackFactory) -> None:

@@ -31,8 +31,7 @@ from services.operation_worker.handlers import Worker
 from services.operation_worker.lease import acquire
 from services.operation_worker.settings import Settings
 from testkit.drained import drained
-from testkit.ops_stack import OpsStack
-from tests.component.operations.conftest import StackFactory
+from testkit.ops_stack import OpsStack, StackFactory
 
 TTL_S = 2.0
 

@@ -16,7 +16,7 @@ from nats.aio.msg import Msg
 
 from libs.bus import Context
 from services.operation_worker.settings import DEFAULT_WORK_BATCH
-from tests.component.operations.conftest import StackFactory
+from testkit.ops_stack import StackFactory
 
 ROOT = Path(__file__).resolve().parents[3]
 

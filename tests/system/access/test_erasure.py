@@ -17,8 +17,8 @@ from libs.events import INTERACTION, OPERATIONS
 from services.interaction_surface.projections import SurfaceView
 from testkit.surface import SurfaceStack, effects, eventually, fault, unique
 
-from .conftest import assert_problem, open_session, ws_status
 from .stored import stored_messages
+from .tenants import assert_problem, open_session, ws_status
 
 
 async def test_erasure_closes_purges_texts_and_keeps_the_business_outcome(

@@ -11,7 +11,7 @@ import pytest
 
 from testkit.surface import Chat, SurfaceStack
 
-from .conftest import API_KEYS, TOKEN_TTL_S, assert_problem, open_session, ws_status
+from .tenants import API_KEYS, TOKEN_TTL_S, assert_problem, open_session, ws_status
 
 # Every session route with a body it accepts; the WebSocket is checked on its own.
 _BODIES: dict[tuple[str, str], dict[str, Any] | None] = {

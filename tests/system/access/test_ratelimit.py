@@ -9,7 +9,7 @@ import httpx
 
 from testkit.surface import Chat
 
-from .conftest import RATE_SESSION, RATE_TENANT, assert_problem, open_session
+from .tenants import RATE_SESSION, RATE_TENANT, assert_problem, open_session
 
 
 async def _burst(chat: Chat, count: int) -> list[tuple[str, httpx.Response]]:

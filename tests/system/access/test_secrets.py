@@ -14,8 +14,8 @@ import httpx
 from libs.bus import Topology
 from testkit.surface import SurfaceStack, effects, eventually, frames_until, unique
 
-from .conftest import API_KEYS, SECRETS, call_text, open_session, ws_status
 from .stored import stored_messages
+from .tenants import API_KEYS, SECRETS, call_text, open_session, ws_status
 
 
 async def test_secrets_and_user_words_stay_out_of_logs_and_foreign_events(

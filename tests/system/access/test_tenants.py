@@ -10,8 +10,8 @@ from libs.bus import Context
 from libs.events import OPERATIONS, OperationRejected
 from testkit.surface import SurfaceStack, effects, eventually, unique
 
-from .conftest import call_text, open_session
 from .stored import Stored, stored_messages
+from .tenants import call_text, open_session
 
 
 async def test_a_tenant_cannot_grant_book_or_move_another_tenants_resources(

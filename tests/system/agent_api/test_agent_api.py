@@ -13,7 +13,8 @@ import pytest
 from holdline.client import DeliverySay, HoldlineClient, HoldlineError, ToolCall
 from testkit.surface import SurfaceStack, effects, eventually, fault, unique
 
-from .conftest import DAY, AgentProcess, delivery, events, session, settled
+from .sessions import DAY, AgentProcess, delivery, events, session
+from .sessions import final_settled as settled
 
 ACCEPTED = "has started and is not finished"
 

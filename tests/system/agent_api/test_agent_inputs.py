@@ -14,7 +14,7 @@ from websockets.exceptions import InvalidStatus
 from holdline.client import HoldlineClient, HoldlineError, SessionClient, ToolCall
 from testkit.surface import SurfaceStack, unique
 
-from .conftest import DAY, events, session
+from .sessions import DAY, events, session
 
 GOOD = {"tool_call_id": "ok1", "name": "provision_access", "arguments": {"accesses": ["github"]}}
 

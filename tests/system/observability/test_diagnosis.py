@@ -9,7 +9,7 @@ import httpx
 from services.interaction_surface.diagnosis import diagnose
 from testkit.surface import eventually, fault, open_chat, unique
 
-from .conftest import ObservedStack
+from .observed import ObservedStack
 
 
 async def test_timeline_says_who_duplicated_a_request(observed: ObservedStack) -> None:

@@ -37,7 +37,7 @@ from testkit.surface import (
     unique,
 )
 
-from .conftest import RUNTIME_SERVICES, ObservedStack, scrape
+from .observed import RUNTIME_SERVICES, ObservedStack, scrape
 
 # DESIGN §9, measure by measure, as exported families (counters without `_total`).
 SECTION_9: dict[str, str] = {

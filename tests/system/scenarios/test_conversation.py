@@ -40,7 +40,7 @@ from .checks import (
     tag,
     timeline,
 )
-from .conftest import running
+from .stacks import running
 
 DAY = "2026-12-24"
 

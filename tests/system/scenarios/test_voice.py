@@ -30,7 +30,7 @@ from .checks import (
     timeline,
     voice_batch,
 )
-from .conftest import PHONE_ENV, running
+from .stacks import PHONE_ENV, running
 
 # Past the end of an utterance's playback, when a test shows it was not taken as played.
 PLAYOUT_MARGIN_S = 0.5

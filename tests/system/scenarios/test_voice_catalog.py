@@ -45,7 +45,7 @@ from .checks import (
     timeline,
     voice_batch,
 )
-from .conftest import PHONE_ENV, running
+from .stacks import PHONE_ENV, running
 
 DAY = "2026-12-24"
 # Said over the work, at real-time pace: words the domain LM knows and the mock model

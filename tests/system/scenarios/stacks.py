@@ -1,4 +1,4 @@
-"""Shared fixtures of the catalog: one running system per module, an HTTP client on it."""
+"""The catalog's stacks: every service as a process, the phone scenarios' environment."""
 
 from __future__ import annotations
 
