@@ -1,4 +1,4 @@
-"""Kill one process mid-batch and time the batch's closing (tests/scenarios, bench.recovery).
+"""Kill one process mid-batch and time the batch's closing (tests/system/scenarios, bench.recovery).
 
 The system runs with the production timings (ack wait, worker lease, heartbeats: nothing
 shortened), two workers, and a provider that holds each effect `latency_ms`. A turn admits a

@@ -1,1 +1,2 @@
-"""The chaos driver and its invariant checks, shared by tests/chaos and the cluster harness."""
+"""The chaos driver and its invariant checks, shared by tests/system/chaos and the cluster
+harness."""

@@ -1,6 +1,6 @@
 """Poison on the running services' streams: dead-lettered by every consumer, others unaffected.
 
-tests/foundation/test_bus.py proves the mechanism on one consumer; here every durable
+tests/component/bus/test_bus.py proves the mechanism on one consumer; here every durable
 consumer of the real surface, policy, coordinator and worker meets malformed bytes, an
 event of another stream and one of another schema version on its own stream.
 """

@@ -1,6 +1,6 @@
 """Hostile payloads against every stream's codec: each is refused with its reason, nothing else.
 
-tests/foundation/test_events.py covers arbitrary bytes and objects on the operations codec;
+tests/unit/events/test_events.py covers arbitrary bytes and objects on the operations codec;
 these properties start from *valid* envelopes of every stream and break one thing at a time,
 so each refusal can be checked for the exact reason.
 """

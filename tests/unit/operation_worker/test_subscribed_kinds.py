@@ -100,7 +100,7 @@ def test_a_kind_the_coordinator_leaves_out_changes_no_closing_field() -> None:
     left_out = [cls for cls in ALL if cls not in COORDINATED]
     assert left_out, "the coordinator asks for every kind"
     # The admission's words (tool, arguments, priority) reach the coordinator in
-    # `batch.opened` instead (tests/coordination/test_member_view.py).
+    # `batch.opened` instead (tests/unit/batch_coordinator/test_member_view.py).
     assert OperationAdmitted in left_out
     for cls in left_out:
         if cls is OperationAdmitted:
@@ -114,6 +114,6 @@ def test_a_kind_the_coordinator_leaves_out_changes_no_closing_field() -> None:
                 continue
             # The operation's status is not among them: a member's status is the batch's
             # settlement, from the terminal kinds (asked for above); the closing's words
-            # come from the member view (tests/coordination/test_member_view.py).
+            # come from the member view (tests/unit/batch_coordinator/test_member_view.py).
             read = ("tool", "arguments", "result", "failure", "priority", "batch_id")
             assert {f: getattr(after, f) for f in read} == {f: getattr(before, f) for f in read}
