@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from http import HTTPStatus
 from typing import Any
 
+import pytest
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -388,3 +389,18 @@ class FakeDeepgram:
             speak.completed = True
         finally:
             speak.disconnected = not speak.completed
+
+
+# What the tests ask for by voice: a request the offline recogniser could never spell.
+ASK = "give me access to github"
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[FakeDeepgram]:
+    """The fake vendor on a free port (import it into a test module to use it there)."""
+    server = FakeDeepgram()
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -82,6 +83,9 @@ TRANSFER = LiveOperation(
     prompt="Please confirm transfer_money (amount_cents=5000, to_account=bob-main).",
 )
 LIVE = (GITHUB, JIRA, BOOKING, TRANSFER)
+
+# Words that claim an action is done: a reply given before any effect must not use them.
+CLAIMS = re.compile(r"\b(done|completed?|finished|booked|granted|sent)\b", re.IGNORECASE)
 
 
 def turn(

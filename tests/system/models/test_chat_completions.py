@@ -15,9 +15,9 @@ from testkit.models.fake_chat_completions import (
     completion,
 )
 from testkit.models.fake_server import running
+from testkit.models.turns import CLAIMS
 from testkit.processes import Broker
 from testkit.surface import SurfaceStack, effects, eventually, open_chat, running_stack
-from tests.unit.models.test_chat_completions import CLAIMS
 
 
 @pytest.fixture(scope="module")

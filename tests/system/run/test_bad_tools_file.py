@@ -9,7 +9,8 @@ from pathlib import Path
 
 from testkit.processes import ROOT
 from testkit.run import holdline_run
-from tests.unit.tools.test_bad_files import GOOD, _file
+from testkit.tools_file import GOOD
+from testkit.tools_file import tools_file as _file
 
 
 def test_the_worker_does_not_start_with_a_bad_file(tmp_path: Path) -> None:

@@ -11,13 +11,12 @@ from typing import Any
 import httpx
 import pytest
 
-from testkit.fake_cloud_speech import FakeDeepgram
+from testkit.fake_cloud_speech import ASK, FakeDeepgram, fake
 from testkit.phone import AUTH_TOKEN, Phone, speech
 from testkit.processes import Broker
 from testkit.surface import Chat, SurfaceStack, effects, eventually, open_chat, unique
-from tests.unit.voice.test_cloud_engine import ASK, fake
 
-__all__ = ["fake"]  # the fixture, shared with the unit tests of the engines
+__all__ = ["fake"]  # the fixture, from testkit
 
 
 @pytest.mark.timeout(90)

@@ -3,7 +3,6 @@ Ollama do, then end to end: `HOLDLINE_MODEL=chat-completions` in the real servic
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
@@ -22,9 +21,8 @@ from testkit.models.fake_chat_completions import (
     completion,
 )
 from testkit.models.fake_server import running
-from testkit.models.turns import BOOKING, LIVE, TRANSFER, calls_of, turn
+from testkit.models.turns import BOOKING, CLAIMS, LIVE, TRANSFER, calls_of, turn
 
-CLAIMS = re.compile(r"\b(done|completed?|finished|booked|granted|sent)\b", re.IGNORECASE)
 FAST = RetryPolicy(max_retries=2, initial_delay_s=0.05, max_delay_s=0.2, min_attempt_s=0.1)
 BOOK = {"restaurant": "casa-pepe", "date": "2025-06-12", "time": "21:00", "party_size": 2}
 

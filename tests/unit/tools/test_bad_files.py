@@ -19,31 +19,8 @@ from libs.tools import (
     default_registry,
 )
 from libs.tools.http_file import load_tools_file
-
-GOOD = """
-[[tools]]
-name = "open_ticket"
-description = "Open a ticket."
-closing = "Ticket {result.id} is open."
-[tools.parameters]
-type = "object"
-required = ["project", "title"]
-[tools.parameters.properties.project]
-type = "string"
-[tools.parameters.properties.title]
-type = "string"
-[tools.roles]
-project = "resource"
-[tools.http]
-execute = { url = "http://127.0.0.1:9/tickets", idempotency_header = "X-Request-Token" }
-lookup = { url = "http://127.0.0.1:9/tickets/by-token/{idempotency_key}" }
-"""
-
-
-def _file(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "tools.toml"
-    path.write_text(text)
-    return path
+from testkit.tools_file import GOOD
+from testkit.tools_file import tools_file as _file
 
 
 def _refusal(tmp_path: Path, text: str) -> str:

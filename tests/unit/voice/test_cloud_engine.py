@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -27,22 +26,11 @@ from services.interaction_surface.voice.engines.deepgram import (
     VendorError,
 )
 from services.interaction_surface.voice.settings import deepgram_from_env
-from testkit.fake_cloud_speech import FakeDeepgram
+from testkit.fake_cloud_speech import ASK, FakeDeepgram, fake
 from testkit.phone import speech
 from testkit.surface import eventually
 
-ASK = "give me access to github"
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeDeepgram]:
-    """The fake vendor on a free port."""
-    server = FakeDeepgram()
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+__all__ = ["fake"]  # the fixture, from testkit
 
 
 def config_for(fake: FakeDeepgram, **overrides: Any) -> DeepgramConfig:
