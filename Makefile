@@ -5,6 +5,8 @@ BIN := .venv/bin
 PYTEST_ARGS ?=
 # Most tests wait on timers and child processes, so two workers on two cores halve the wall clock.
 PYTEST_WORKERS ?= 2
+# The unit lane: no broker, no service process (tests/unit/conftest.py refuses both).
+UNIT_TESTS := tests/unit
 
 .PHONY: help venv run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery bench-messages bench-delivery chaos dashboards clean
 
@@ -12,7 +14,7 @@ help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
 	@echo "make run-cluster  the same on a 3-node JetStream cluster, two of each service"
 	@echo "make test   install what is needed and run lint, types and the whole suite"
-	@echo "make test-fast  the shell unit tests on the in-memory event store (no broker, seconds)"
+	@echo "make test-fast  the unit tests: deciders, folds, plans, codecs, shells (no broker)"
 	@echo "make proto  regenerate proto/ (JSON Schemas, the AsyncAPI document) and the docs' consumer table"
 	@echo "make bench  run the benchmarks; results under bench/results/"
 	@echo "make chaos  the long fault-injection run (kills, pauses, broker faults); prints its figures"
@@ -32,13 +34,16 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# The unit lane first (it prints how many ran), then the component and system suites on the
+# run's broker. Either pytest failing, or collecting nothing (exit code 5), fails the target.
 test: venv lint typecheck
 	scripts/ensure-system-deps.sh
-	$(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(UNIT_TESTS) -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --ignore=$(UNIT_TESTS) -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# Only the tests marked `fast`: shells over the in-memory event store; no broker is started.
+# Every unit test (all marked `fast`): no broker or service is started, under a minute.
 test-fast: venv
-	$(BIN)/python -m pytest -m fast -n 0 -p no:randomly $(PYTEST_ARGS)
+	$(BIN)/python -m pytest $(UNIT_TESTS) -n $(PYTEST_WORKERS) -p no:randomly $(PYTEST_ARGS)
 
 proto: venv
 	$(BIN)/python -m devtools.proto
@@ -78,7 +83,7 @@ bench-delivery: venv
 
 chaos: venv
 	scripts/ensure-system-deps.sh
-	$(BIN)/python -m tests.chaos $(CHAOS_ARGS)
+	$(BIN)/python -m tests.system.chaos $(CHAOS_ARGS)
 
 dashboards: venv
 	$(BIN)/python deploy/grafana/build.py

@@ -37,8 +37,8 @@ from typing import Any
 import httpx
 
 from bench.common import cpu_seconds, machine, percentiles_ms
-from harness.processes import Broker
-from harness.surface import SurfaceStack
+from testkit.processes import Broker
+from testkit.surface import SurfaceStack
 
 RESULTS = Path(__file__).parent / "results" / "acceptance.json"
 _SAMPLE = re.compile(

@@ -38,9 +38,9 @@ import httpx
 
 from bench.acceptance import _phases, _scrape
 from bench.common import machine, percentiles_ms
-from harness.processes import Broker
-from harness.surface import SurfaceStack
 from holdline.client import AgentStream, HoldlineClient, SessionClient, ToolCall
+from testkit.processes import Broker
+from testkit.surface import SurfaceStack
 
 RESULTS = Path(__file__).parent / "results" / "agent_api.json"
 

@@ -35,12 +35,12 @@ import httpx
 from bench.acceptance import Pace, _measure, _paced
 from bench.common import machine, percentiles_ms
 from bench.ops import run_round
-from harness.cluster import Cluster
-from harness.cluster_harness import CLUSTER_ENV, EXTRA, Conversations, now, settled
-from harness.processes import Broker
-from harness.surface import SurfaceStack
 from libs.bus import Context, Topology
 from libs.config import BusSettings
+from testkit.cluster import Cluster
+from testkit.cluster_harness import CLUSTER_ENV, EXTRA, Conversations, now, replicas_current
+from testkit.processes import Broker
+from testkit.surface import SurfaceStack
 
 RESULTS = Path(__file__).parent / "results" / "cluster.json"
 KILL_LATENCY_MS = 1000
@@ -119,7 +119,7 @@ async def _kill_trials(cluster: Cluster, stack: SurfaceStack, trials: int) -> di
             print(f"kill -9 {kind} {target}: closings {sorted(round(c, 2) for c in closes)} s",
                   flush=True)
             cluster.restart(target)
-            await settled(cluster, stack.prefix)
+            await replicas_current(cluster, stack.prefix)
     return {
         "provider_latency_ms": KILL_LATENCY_MS,
         "target_s": KILL_LATENCY_MS / 1000 + 5,

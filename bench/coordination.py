@@ -24,7 +24,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from harness.processes import Broker, ServiceProcess, free_port
 from libs.bus import Topology, connect, ensure_buckets, ensure_streams
 from libs.bus.store import append
 from libs.config import BusSettings
@@ -42,6 +41,7 @@ from libs.events import (
     OperationCommitted,
     SessionOpened,
 )
+from testkit.processes import Broker, ServiceProcess, free_port
 
 TARGET_P99_MS = 25.0
 

@@ -34,7 +34,6 @@ from typing import Any
 import uvloop
 
 from bench.common import machine, wakeups
-from harness.processes import Broker
 from libs.bus import (
     Context,
     DurableConsumer,
@@ -49,6 +48,7 @@ from libs.bus import (
 from libs.bus.store import append
 from libs.config import BusSettings
 from libs.events import OPERATIONS, Envelope, OperationAdmitted, OperationEvent
+from testkit.processes import Broker
 
 VARIANTS = ("consumer", "floor")
 WARM = 200

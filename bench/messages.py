@@ -54,11 +54,11 @@ import httpx
 from bench.acceptance import Pace, _paced, _Session
 from bench.common import cpu_seconds, machine, percentiles_ms, wakeups
 from bench.ops import raw_publish_rate
-from harness.processes import free_port, nats_server_binary, wait_port
-from harness.recovery import PRODUCTION_TIMINGS
-from harness.surface import SurfaceStack, closings
 from libs.config import BusSettings
 from libs.supervisor import broker_environ
+from testkit.processes import free_port, nats_server_binary, wait_port
+from testkit.recovery import PRODUCTION_TIMINGS
+from testkit.surface import SurfaceStack, closings
 
 RESULTS = Path(__file__).resolve().parent / "results" / "messages.json"
 CHANGES = RESULTS.with_name("design-changes.json")

@@ -28,12 +28,12 @@ from typing import Any
 import httpx
 
 from bench.common import cpu_seconds, machine, percentiles_ms
-from harness.processes import Broker, ServiceProcess, free_port
 from libs.admission import Admission, LoadView, ToolCall, TurnContext
 from libs.bus import NatsEventStore, Topology, connect, ensure_buckets, ensure_streams
 from libs.config import BusSettings
 from libs.events import Envelope, OperationCommitted, OperationEvent, OperationStarted
 from libs.tools import default_registry
+from testkit.processes import Broker, ServiceProcess, free_port
 
 
 def worker_messages(monitor: int | None) -> tuple[int, int]:

@@ -28,9 +28,9 @@ from typing import Any
 import httpx
 
 from bench.common import machine, percentiles_ms
-from harness.processes import Broker
-from harness.recovery import KINDS, kill_mid_batch, ledger_effects, recovery_stack
 from libs.config import env_int
+from testkit.processes import Broker
+from testkit.recovery import KINDS, kill_mid_batch, ledger_effects, recovery_stack
 
 RESULTS = Path(__file__).parent / "results" / "recovery.json"
 LATENCY_MS = 1500

@@ -38,7 +38,6 @@ from typing import Any, cast
 from fastapi import WebSocket
 
 from bench.common import machine, percentiles_ms
-from harness import stimuli
 from libs.domain import SessionState
 from libs.events import SpeechStarted
 from libs.models.interface import AdmissionNote, TurnRequest
@@ -58,6 +57,7 @@ from services.interaction_surface.voice.engines.espeak import EspeakTts
 from services.interaction_surface.voice.engines.pocketsphinx import PocketsphinxStt
 from services.interaction_surface.voice.vad import VadConfig, webrtc_classifier
 from services.interaction_surface.voice.wiring import PRIMER_TEXT
+from testkit import stimuli
 
 RESULTS = Path(__file__).parent / "results" / "voice.json"
 PHRASES = (

@@ -1,10 +1,7 @@
-"""Shared fixtures: one real broker per test run, unique names per test."""
+"""Shared fixtures: one real broker per test run, unique names per test (logic: testkit)."""
 
 from __future__ import annotations
 
-import json
-import shutil
-import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -14,43 +11,24 @@ import pytest
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 
-from harness.processes import Broker
 from libs.bus import BUCKETS, Topology, connect, ensure_buckets, ensure_streams
 from libs.config import BusSettings
-
-_SHARED = pytest.StashKey[Broker]()
-
-
-# With pytest-xdist (`make test` runs `-n`), the controller starts the one broker of the run
-# and hands its address to every worker, so the whole run still shares a single nats-server.
-_BROKER_KEY = "holdline_broker"
+from testkit import shared_broker
+from testkit.processes import Broker
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """On the xdist controller, start the run's broker before any worker exists."""
-    if hasattr(config, "workerinput") or not getattr(config.option, "numprocesses", None):
-        return
-    store = Path(tempfile.mkdtemp(prefix="holdline-nats-")) / "store"
-    server = Broker(store=store)
-    server.start()
-    config.stash[_SHARED] = server
+    shared_broker.start_for_workers(config)
 
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node: Any) -> None:
     """xdist hook: tell a new worker where the shared broker listens."""
-    server = node.config.stash.get(_SHARED, None)
-    if server is not None:
-        where = {"port": server.port, "store": str(server.store)}
-        node.workerinput[_BROKER_KEY] = json.dumps(where)
+    shared_broker.hand_to_worker(node)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Stop the broker the controller started."""
-    server = config.stash.get(_SHARED, None)
-    if server is not None:
-        server.stop()
-        shutil.rmtree(server.store.parent, ignore_errors=True)
+    shared_broker.stop_for_workers(config)
 
 
 @pytest.fixture(scope="session")
@@ -58,16 +36,7 @@ def broker(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Broker]:
     """The run's shared nats-server (JetStream, file storage in a temp dir)."""
-    shared = getattr(request.config, "workerinput", {}).get(_BROKER_KEY)
-    if shared is not None:
-        # Owned by the controller: this worker neither starts nor stops it.
-        where = json.loads(shared)
-        yield Broker(store=Path(where["store"]), port=int(where["port"]))
-        return
-    server = Broker(store=tmp_path_factory.mktemp("nats") / "store")
-    server.start()
-    yield server
-    server.stop()
+    yield from shared_broker.run_broker(request.config, tmp_path_factory)
 
 
 @pytest.fixture

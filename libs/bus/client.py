@@ -29,7 +29,7 @@ without nats-py's per-subscription queue and task and a `wait_for` around each r
 
 Both read nats-py internals (its request map and reply prefix, the context's timeout and
 connection), so the dependency is pinned to the minor version they were checked against
-(`pyproject.toml`) and `tests/foundation/test_bus_client.py` fails if one moves. The bus
+(`pyproject.toml`) and `tests/component/bus/test_bus_client.py` fails if one moves. The bus
 asks for this client only in its "lean" mode (`HOLDLINE_BUS_CLIENT`, the default); in
 "plain" mode `connect` returns nats-py's own client and every caller takes nats-py's public
 API instead (`lean_context` says which: replay.py, pull.py, consumer.py), so the pin can

@@ -96,7 +96,7 @@ async def ensure_consumer(js: JetStreamContext, spec: ConsumerSpec) -> None:
     The request names no action, so the broker creates the consumer or updates one that
     exists: its ack wait, redeliveries, pending limit and filter subjects (NATS 2.10+), so a
     service that now asks for other event kinds gets them from its next delivery on, from
-    where it left off (tests/foundation/test_bus.py). A change the broker cannot make in
+    where it left off (tests/component/bus/test_bus.py). A change the broker cannot make in
     place (the deliver policy) is refused: the declaration raises the broker's APIError.
     """
     config = ConsumerConfig(

@@ -1,7 +1,8 @@
 """The event store as a port: what a shell needs from the broker to load, decide and append.
 
 Two implementations keep the same semantics, proven by one contract suite
-(tests/foundation/test_store_contract.py): `NatsEventStore` (libs/bus/store.py) over
+(tests/unit/bus/test_store_contract.py, run again on the broker by
+tests/component/bus/test_store_contract.py): `NatsEventStore` (libs/bus/store.py) over
 JetStream and a KV bucket, used by every service, and `MemoryEventStore`
 (libs/bus/memory.py), used only by fast unit tests of the shells.
 """

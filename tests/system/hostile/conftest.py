@@ -1,0 +1,23 @@
+"""One running system for every hostile-input module: the fuzzers share it, as attackers would."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from testkit.phone import AUTH_TOKEN
+from testkit.processes import Broker
+from testkit.surface import SurfaceStack, running_stack
+
+
+@pytest.fixture(scope="package")
+def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurfaceStack]:
+    """Every service as a process on a prefix of its own, Twilio signatures checked."""
+    with running_stack(
+        broker.url,
+        tmp_path_factory.mktemp("hostile"),
+        "h",
+        env={"TWILIO_AUTH_TOKEN": AUTH_TOKEN, "HOLDLINE_VAD_ENDPOINT_MS": "400"},
+    ) as running:
+        yield running
