@@ -18,7 +18,7 @@ _OPERATION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 FOREIGN = "foreign_operation"
 
 
-class Callbacks:
+class ProviderCallbacks:
     """Completes operations from their executors' callbacks."""
 
     def __init__(

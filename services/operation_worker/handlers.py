@@ -31,7 +31,7 @@ from libs.events import OperationEvent, WorkCommand
 from libs.service import Runtime
 from libs.tools import CallbackResult, ToolRegistry
 
-from .callbacks import FOREIGN, Callbacks
+from .callbacks import FOREIGN, ProviderCallbacks
 from .dead_letters import OperationDeadLetters
 from .domain import policy, seeded
 from .history import Op, OperationHistory
@@ -70,7 +70,7 @@ class Worker:
             events, self.history, topology, worker_id=settings.worker_id, clock=clock
         )
         self.steps = Steps(self.history, dead_letters, registry, settings, clock)
-        self._callbacks = Callbacks(self.history, topology, registry, retry)
+        self._callbacks = ProviderCallbacks(self.history, topology, registry, retry)
 
     async def execute(self, received: Received[OperationEvent]) -> None:
         """An operation event's work (policy), run by this worker: no work command is written.
@@ -104,7 +104,7 @@ class Worker:
         await self._run(env.session_id, env.operation_id, env.event, None)
 
     async def complete_from_callback(self, callback: CallbackResult, route: str) -> str:
-        """Apply a verified provider callback once (`Callbacks.complete`)."""
+        """Apply a verified provider callback once (`ProviderCallbacks.complete`)."""
         return await self._callbacks.complete(callback, route)
 
     async def _run(

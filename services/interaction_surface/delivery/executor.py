@@ -38,7 +38,7 @@ from libs.events import DeliveryEvent
 
 from ..core.view import SurfaceView
 from .channel import Channel, LookAgain, Watched
-from .routing import Act, Report, question, route
+from .routing import Act, Report, channel_question, route
 
 log = logging.getLogger(__name__)
 
@@ -96,7 +96,7 @@ class DeliveryExecutor:
 
     async def _reports(self, state: DeliveryState) -> list[Report]:
         """Each channel's answer to the one question the delivery's state asks."""
-        match question(state):
+        match channel_question(state):
             case "reach":
                 return [Report(reach=await c.reach(state)) for c in self._channels]
             case "sent":

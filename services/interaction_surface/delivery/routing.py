@@ -38,7 +38,7 @@ class Reach(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Report:
-    """One channel's answer about one delivery (only the field `question` asks is read)."""
+    """One channel's answer about one delivery (only the field `channel_question` asks is read)."""
 
     reach: Reach = Reach.ABSENT
     holds_sent: bool = False
@@ -64,7 +64,7 @@ class Step:
 NOTHING = Step(Act.NOTHING)
 
 
-def question(state: DeliveryState) -> Literal["reach", "sent"] | None:
+def channel_question(state: DeliveryState) -> Literal["reach", "sent"] | None:
     """What the executor asks its channels about this delivery (None: nothing to ask)."""
     if state.handed_off:
         return "reach"
@@ -75,7 +75,7 @@ def question(state: DeliveryState) -> Literal["reach", "sent"] | None:
 
 def route(state: DeliveryState, reports: Sequence[Report]) -> Step:
     """The one step to take for the delivery now, given each channel's report, in order."""
-    asked = question(state)
+    asked = channel_question(state)
     for index, report in enumerate(reports):
         if asked == "reach":
             if report.reach is Reach.TAKES:

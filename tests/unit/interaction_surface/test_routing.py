@@ -33,7 +33,7 @@ from services.interaction_surface.delivery.routing import (
     Act,
     Reach,
     Report,
-    question,
+    channel_question,
     route,
 )
 from services.interaction_surface.voice.channel import lost_reason
@@ -97,7 +97,7 @@ def test_only_a_handed_over_delivery_is_sent_and_only_a_sent_one_is_finished(
     )
     if not state.handed_off and state.status is not DeliveryStatus.SENT:
         assert step == NOTHING
-        assert question(state) is None
+        assert channel_question(state) is None
     # With chat last (it always takes a delivery and finishes any send), nothing handed
     # over or sent is ever left without a step.
     with_chat = [*have, Report(reach=Reach.TAKES, holds_sent=True)]
