@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from libs.bus import Topology, connect, ensure_buckets, ensure_streams
-from libs.bus.store import append
 from libs.config import BusSettings
 from libs.domain.batch import final_delivery_id
 from libs.events import (
@@ -42,6 +41,7 @@ from libs.events import (
     SessionOpened,
 )
 from testkit.processes import Broker, ServiceProcess, free_port
+from testkit.writer import append
 
 TARGET_P99_MS = 25.0
 

@@ -45,10 +45,10 @@ from libs.bus import (
     position,
     spec_for,
 )
-from libs.bus.store import append
 from libs.config import BusSettings
 from libs.events import OPERATIONS, Envelope, OperationAdmitted, OperationEvent
 from testkit.processes import Broker
+from testkit.writer import append
 
 VARIANTS = ("consumer", "floor")
 WARM = 200

@@ -16,11 +16,11 @@ from libs.bus import (
     replay,
     spec_for,
 )
-from libs.bus.store import append
 from libs.config import BusSettings
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent
 from testkit.events import envelope
 from testkit.processes import Broker
+from testkit.writer import append
 
 # nats-server's file store keeps a consumer's state in `obs/<durable>/o.dat`: a magic byte, a
 # version (2), then the ack floor as two unsigned varints, consumer sequence then stream's.

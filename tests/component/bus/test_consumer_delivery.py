@@ -12,10 +12,10 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from libs.bus import Context, DurableConsumer, Received, Topology, spec_for
-from libs.bus.store import append
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent
 from testkit.events import envelope
 from testkit.surface import eventually
+from testkit.writer import append
 
 
 def _admitted(session: str, op: str) -> Any:

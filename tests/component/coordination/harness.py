@@ -17,7 +17,6 @@ from typing import Any
 from nats.js import JetStreamContext
 
 from libs.bus import Context, Topology, last_subject_seq, replay
-from libs.bus.store import append
 from libs.domain import delivery as delivery_domain
 from libs.domain.batch import final_delivery_id
 from libs.domain.delivery import DeliveryState
@@ -44,6 +43,7 @@ from libs.events import (
     SessionOpened,
 )
 from testkit.processes import ServiceProcess, free_port
+from testkit.writer import append
 
 _IDS = itertools.count(1)
 

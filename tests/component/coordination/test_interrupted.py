@@ -11,7 +11,6 @@ import pytest
 from nats.js import JetStreamContext
 
 from libs.bus import ConcurrencyConflict, Topology
-from libs.bus.store import append
 from libs.events import (
     OPERATIONS,
     DeliveryReady,
@@ -21,6 +20,7 @@ from libs.events import (
     OperationRejected,
 )
 from testkit.surface import eventually
+from testkit.writer import append
 from tests.component.coordination.harness import Scripted, Services, assert_one_final, new_id
 
 QUICK = {"HOLDLINE_INTERRUPTED_GRACE_S": "1", "HOLDLINE_INTERRUPTED_SWEEP_S": "0.2"}

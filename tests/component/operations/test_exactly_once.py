@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 
 from libs.admission import Admission, LoadView, ToolCall
 from libs.bus import NatsEventStore
-from libs.bus.store import append
 from libs.events import OPERATIONS, WORK, Envelope, ExecuteOperation, OperationAdmitted
 from libs.tools import default_registry
 from testkit.drained import drained
 from testkit.ops_stack import StackFactory, attempts, types
+from testkit.writer import append
 
 
 async def test_batch_of_accesses_commits_each_once(make_stack: StackFactory) -> None:

@@ -15,7 +15,6 @@ import pytest
 from nats.js import JetStreamContext
 
 from libs.bus import Context, Received, Topology
-from libs.bus.store import append
 from libs.config import BusSettings, ToolSettings
 from libs.domain import OpStatus
 from libs.events import (
@@ -29,6 +28,7 @@ from services.operation_worker.handlers import Worker
 from services.operation_worker.settings import Settings
 from testkit.drained import drained
 from testkit.ops_stack import OpsStack, StackFactory, types
+from testkit.writer import append
 
 WorkerFactory = Callable[[str], Worker]
 

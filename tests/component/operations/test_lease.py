@@ -22,7 +22,6 @@ from nats.js.errors import KeyNotFoundError
 from nats.js.kv import KeyValue
 
 from libs.bus import Poison, Received, Topology
-from libs.bus.store import append
 from libs.clock import ManualClock
 from libs.config import BusSettings, ToolSettings
 from libs.events import WORK, CancelOperation, Envelope, ExecuteOperation, WorkCommand
@@ -33,6 +32,7 @@ from services.operation_worker.lease import acquire
 from services.operation_worker.settings import Settings
 from testkit.drained import drained
 from testkit.ops_stack import OpsStack, StackFactory
+from testkit.writer import append
 
 TTL_S = 2.0
 

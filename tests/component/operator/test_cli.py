@@ -16,7 +16,6 @@ import pytest
 from nats.js import JetStreamContext
 
 from libs.bus import Context, DeadLetter, Topology, read_subject
-from libs.bus.store import append
 from libs.events import (
     OPERATIONS,
     WORK,
@@ -33,6 +32,7 @@ from libs.events import (
 from libs.events.work import ExecuteOperation, WorkCommand
 from testkit.events import envelope
 from testkit.processes import Broker
+from testkit.writer import append
 
 ROOT = Path(__file__).resolve().parents[3]
 

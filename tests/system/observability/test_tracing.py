@@ -24,12 +24,12 @@ from opentelemetry.trace import SpanKind
 
 from libs import tracing
 from libs.bus import Context, DurableConsumer, Received, Topology, connect, spec_for
-from libs.bus.store import append
 from libs.config import BusSettings
 from libs.events import OPERATIONS, OperationAdmitted, OperationEvent, OperationStarted
 from testkit.events import envelope
 from testkit.processes import Broker
 from testkit.surface import Chat, SurfaceStack, eventually, open_chat, unique
+from testkit.writer import append
 from tests.system.observability.otlp import OtlpReceiver, ReceivedSpan
 
 

@@ -12,7 +12,6 @@ import httpx
 import pytest
 
 from libs.bus import Context, Topology, connect
-from libs.bus.store import append
 from libs.config import BusSettings
 from libs.events import INTERACTION, Envelope, TurnReceived
 from services.interaction_surface.delivery.routing import ACTED_ON
@@ -27,6 +26,7 @@ from testkit.surface import (
     open_chat,
     unique,
 )
+from testkit.writer import append
 
 # Words an acceptance must never use: the work has only started.
 _CLAIMS = ("done", "granted", "completed", "finished", "listo", "hecho")
