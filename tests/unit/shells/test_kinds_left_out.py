@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from libs import proto
+from devtools.declared import declared
 from libs.bus import Context, MemoryEventStore
 from libs.clock import ManualClock, SequentialIds
 from libs.config import BusSettings
@@ -77,15 +77,15 @@ def test_the_coordinator_leaves_out_exactly_the_batch_kinds_it_decides_itself() 
     # writes it any more (no role of the contract sends it).
     assert left_out == own | {BatchMemberSettled}
     every = set(typing.get_args(BatchEvent))
-    senders = [r for r in proto.ROLES if r.action == "send" and r.context is Context.BATCHES]
+    senders = [p for p in declared().publications if p.context is Context.BATCHES]
     assert senders
     assert not any(
         BatchMemberSettled in (set(r.only) if r.only else every - set(r.exclude))
         for r in senders
     )
     # Everyone else (the surface's admission) writes only what the coordinator takes.
-    surface = next(r for r in proto.ROLES
-                   if r.service == "interaction-surface" and r.context is Context.BATCHES)
+    surface = next(p for p in declared().publications
+                   if p.service == "interaction-surface" and p.context is Context.BATCHES)
     assert set(surface.only) == set(Coordinator.CONSUMED_BATCH_EVENTS) == {BatchOpened}
 
 
