@@ -8,7 +8,8 @@ bar stays readable. The operation plane also runs at two smaller session counts,
 throughput-vs-sessions plot. The cost model (`bench.messages`: broker messages and CPU per
 turn and per operation, sequential and under 30 paced sessions) runs last of the stack
 benchmarks. A `bench/voice.py`, when present, runs too. Then
-`bench.report` merges everything into `latest.json` and `latest.md` with plots.
+`bench.report` merges everything into `latest.json` and `latest.md` with plots, and
+`devtools.bench_page` renders the figures into docs/benchmarks.md, so the page shows this run.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bench import report
+from devtools import bench_page
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
@@ -141,6 +143,8 @@ def main() -> None:
     latest = report.build(RESULTS)
     print(f"wrote {RESULTS / 'latest.json'} and {RESULTS / 'latest.md'} "
           f"({len(latest['benchmarks'])} benchmarks, {len(latest['latency_ms'])} latency measures)")
+    bench_page.main([])
+    print(f"wrote the figures of {bench_page.PAGE}")
     if failed:
         sys.exit(f"failed: {', '.join(failed)}")
 

@@ -376,7 +376,7 @@ def design_change_lines(benchmarks: dict[str, Json]) -> list[str]:
             )
     if elsewhere:
         lines += ["", "Measured by another benchmark, figures in their entries of "
-                  "design-changes.json and in docs/performance.md's hot-path table: "
+                  "design-changes.json and in docs/journal/2026-12-02-hot-path-changes.md: "
                   + ", ".join(f"`{n}`" for n in elsewhere) + "."]
     ops = data.get("ops_end_to_end")
     if isinstance(ops, dict):

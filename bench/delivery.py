@@ -1,7 +1,7 @@
 """What one delivery costs a consumer process: holdline's durable consumer against the floor.
 
 Under a paced load each consumer receives its events one at a time (the cost model in
-docs/performance.md: about fifteen deliveries a chat turn over the services, each woken on
+docs/concepts/performance.md: about fifteen deliveries a chat turn over the services, each woken on
 its own). This measures the client CPU of one such delivery, the handler doing nothing:
 
 - `consumer`: `libs.bus.DurableConsumer`, as every service runs it (standing pull request,

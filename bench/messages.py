@@ -27,7 +27,7 @@ waiting for closings, at the cost of one read measured afterwards on the run's o
 snapshots after the run (operations of the measured batches whose status is committed,
 batches whose closing was said), not assumed from the turns sent. Results:
 `bench/results/messages.json`, a `sequential` and a `paced` section (a run not repeated keeps
-its stored section), the sequential figures also at the top level; `docs/performance.md`
+its stored section), the sequential figures also at the top level; `docs/concepts/performance.md`
 explains them. (One module of ~490 lines: both modes share the marks, the subtractions and
 the merge of the JSON, which must agree on what each figure means.)
 """

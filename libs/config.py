@@ -18,7 +18,7 @@ N = TypeVar("N", int, float)
 MAX_NICE = 19
 # What the background services (worker, coordinator, policy) add to their nice value by
 # default: measured, it cuts the acceptance tail at 50 paced sessions on 2 cores (see
-# docs/performance.md, "The turn path first").
+# docs/journal/2026-12-03-turn-path-first.md).
 BACKGROUND_NICE = 10
 
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9_]{0,31}$")

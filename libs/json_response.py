@@ -2,7 +2,7 @@
 
 Starlette's `JSONResponse` encodes with the standard library's `json`: a chat session's
 snapshot, tens of KB once it has had a few turns, took ~0.24 ms of CPU to encode where
-msgspec takes ~0.03 (docs/performance.md, "JSON answers by msgspec"). What the routes return
+msgspec takes ~0.03 (docs/journal/2026-12-06-json-answers-by-msgspec.md). What the routes return
 (dicts, lists, strings, numbers, booleans, None) encodes to the same compact UTF-8 text,
 keys in their insertion order.
 """

@@ -94,7 +94,7 @@ def broker_environ(environ: Mapping[str, str]) -> dict[str, str]:
     processors its idle processor spins and parks on every wake-up; under 30 paced chat
     sessions one processor cut the broker's wake-ups a turn by a third and its CPU a turn by
     a sixth to a fifth, with committed operations/s unchanged within the noise
-    (docs/performance.md, "One Go processor for the co-located broker").
+    (docs/journal/2026-12-04-one-go-processor.md).
     """
     env = dict(environ)
     wanted = env.get("HOLDLINE_BROKER_GOMAXPROCS", "1").strip() or "1"

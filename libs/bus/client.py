@@ -13,7 +13,7 @@ each service. nats-py spends more of its CPU on each than the request needs:
   raises the same exception, so KV writes and appends change nothing but their cost.
 
 Measured alone (sequential JetStream publishes, client CPU): 138 to 157 µs a publish with
-nats-py, 95 to 113 µs with both changes (`docs/performance.md`).
+nats-py, 95 to 113 µs with both changes (`docs/journal/2026-12-06-lean-request-path.md`).
 
 A message going out is queued the same way: while the connection is up and its flusher runs,
 `publish` builds the PUB or HPUB command in one step and wakes the flusher without awaiting,

@@ -9,7 +9,8 @@ when that request is used up, ends (a 408/409 status) or the connection was re-e
 
 Messages are taken where the client's parser reads them (`BusClient.deliver_directly`) and
 handed to `on_message` at once: no per-subscription queue, no task woken to read it, no
-`wait_for` per read (`bench.delivery` measures what a delivery costs; docs/performance.md).
+`wait_for` per read (`bench.delivery` measures what a delivery costs;
+`docs/journal/2026-12-06-delivery-taken-where-the-parser-reads-it.md`).
 
 The request never asks for more than the room the caller names, so the consumer's bound on
 messages in hand is kept, up to one request's worth.

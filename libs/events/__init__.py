@@ -6,7 +6,7 @@ only strings, numbers, times, tuples, fresh dicts and other such structs, so the
 part of a reference cycle and reference counting frees them. Measured under 50 paced chat
 sessions: the surface's view keeps every event of every session (an envelope, its event and
 a log entry each), so a full collection walked ~48,000 objects for 19 ms, a pause inside
-whichever turn it landed on (docs/performance.md, "Events out of the collector's sight").
+whichever turn it landed on (docs/journal/2026-12-04-events-out-of-the-collectors-sight.md).
 """
 
 from .batches import BatchDrained, BatchEvent, BatchMemberSettled, BatchOpened, SettledMember

@@ -5,7 +5,7 @@ aiohttp's connection pool and C-accelerated parser. It replaces httpx's client o
 httpx's per-request machinery (URL merging and parsing, header models, the cookie jar each
 answer passes through, its auth and redirect layers) cost the worker ~0.5 ms of CPU per call
 on top of the wire itself, about as much as everything else a call costs
-(docs/performance.md, "An HTTP client of the executors' own").
+(docs/journal/2026-12-06-executors-own-http-client.md).
 
 Failures are raised as httpx's exception types, a taxonomy the executors already classify
 by (`sandbox.classify_exception`): waiting for a connection or connecting too long is
