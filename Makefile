@@ -8,7 +8,7 @@ PYTEST_WORKERS ?= 2
 # The unit lane: no broker, no service process (tests/unit/conftest.py refuses both).
 UNIT_TESTS := tests/unit
 
-.PHONY: help venv run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery bench-messages bench-delivery chaos dashboards docs docs-build clean
+.PHONY: help venv run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery bench-messages bench-delivery chaos dashboards docs docs-build docs-check clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
@@ -37,7 +37,7 @@ typecheck: venv
 
 # The unit lane first (it prints how many ran), then the component and system suites on the
 # run's broker. Either pytest failing, or collecting nothing (exit code 5), fails the target.
-test: venv lint typecheck docs-build
+test: venv lint typecheck docs-check
 	scripts/ensure-system-deps.sh
 	$(BIN)/python -m pytest $(UNIT_TESTS) -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest --ignore=$(UNIT_TESTS) -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
@@ -94,6 +94,11 @@ docs: venv
 
 docs-build: venv
 	$(BIN)/python -m devtools.docs_reference
+	$(BIN)/mkdocs build --strict --site-dir .site
+
+# What `make test` runs: a stale reference page fails instead of being rewritten.
+docs-check: venv
+	$(BIN)/python -m devtools.docs_reference --check
 	$(BIN)/mkdocs build --strict --site-dir .site
 
 dashboards: venv
