@@ -600,7 +600,7 @@ def render_settings() -> str:
                 continue
             seen.add(row.env)
             out.append(
-                f"| `{row.env}` | `{_cell(row.type)}` | {_cell(row.default)} "
+                f"| `{row.env}` | {_cell(row.type)} | {_cell(row.default)} "
                 f"| {_cell(_described(row.description))} |\n"
             )
     if _MISSING:
