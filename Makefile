@@ -8,7 +8,7 @@ PYTEST_WORKERS ?= 2
 # The unit lane: no broker, no service process (tests/unit/conftest.py refuses both).
 UNIT_TESTS := tests/unit
 
-.PHONY: help venv run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery bench-messages bench-delivery chaos dashboards clean
+.PHONY: help venv run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery bench-messages bench-delivery chaos dashboards docs docs-build docs-check clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
@@ -17,6 +17,7 @@ help:
 	@echo "make test-fast  the unit tests: deciders, folds, plans, codecs, shells (no broker)"
 	@echo "make proto  regenerate proto/ (JSON Schemas, the AsyncAPI document) and the docs' consumer table"
 	@echo "make bench  run the benchmarks; results under bench/results/"
+	@echo "make docs   serve the docs site on http://127.0.0.1:8000 (make docs-build: build it, strict)"
 	@echo "make chaos  the long fault-injection run (kills, pauses, broker faults); prints its figures"
 
 venv:
@@ -36,7 +37,7 @@ typecheck: venv
 
 # The unit lane first (it prints how many ran), then the component and system suites on the
 # run's broker. Either pytest failing, or collecting nothing (exit code 5), fails the target.
-test: venv lint typecheck
+test: venv lint typecheck docs-check
 	scripts/ensure-system-deps.sh
 	$(BIN)/python -m pytest $(UNIT_TESTS) -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 	$(BIN)/python -m pytest --ignore=$(UNIT_TESTS) -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
@@ -85,8 +86,23 @@ chaos: venv
 	scripts/ensure-system-deps.sh
 	$(BIN)/python -m tests.system.chaos $(CHAOS_ARGS)
 
+# The reference pages are generated from the code first (devtools/docs_reference.py), so
+# the strict build also fails on a stale or undocumented setting.
+docs: venv
+	$(BIN)/python -m devtools.docs_reference
+	$(BIN)/mkdocs serve --dev-addr 127.0.0.1:8000
+
+docs-build: venv
+	$(BIN)/python -m devtools.docs_reference
+	$(BIN)/mkdocs build --strict --site-dir .site
+
+# What `make test` runs: a stale reference page fails instead of being rewritten.
+docs-check: venv
+	$(BIN)/python -m devtools.docs_reference --check
+	$(BIN)/mkdocs build --strict --site-dir .site
+
 dashboards: venv
 	$(BIN)/python deploy/grafana/build.py
 
 clean:
-	rm -rf .data tests/artifacts .pytest_cache .mypy_cache .ruff_cache
+	rm -rf .data .site tests/artifacts .pytest_cache .mypy_cache .ruff_cache

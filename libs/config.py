@@ -119,36 +119,57 @@ BUS_CLIENTS = ("lean", "plain")
 class BusSettings:
     """How a process reaches the broker and how its streams and consumers behave."""
 
+    # NATS_URL: the broker, or several seeds separated by commas (a cluster); a bare host:port gets
+    # nats://.
     nats_url: str = "nats://127.0.0.1:4222"
     # Prefix of every stream, subject and bucket: lets tests (and tenants of one broker)
     # keep their names apart.
     prefix: str = "hl"
+    # Replicas of every stream (1, or 3 on a cluster).
     replicas: int = 1
+    # How long the broker remembers a message id, so a republished event is dropped.
     duplicate_window_s: float = 120.0
     # Short on purpose: a handler that still works heartbeats (`in_progress`, every third
     # of this), so only a dead process's messages wait this long for another consumer.
     ack_wait_s: float = 2.0
+    # Deliveries of one message before it goes to the dead-letter stream.
     max_deliver: int = 5
+    # Wait before a refused (NAK) message is delivered again.
     redelivery_backoff_s: float = 1.0
+    # Largest event an append accepts.
     max_event_bytes: int = 256 * 1024
+    # NATS_USER / NATS_PASSWORD: user and password authentication.
     nats_user: str | None = None
+    # With NATS_USER.
     nats_password: str | None = None
+    # NATS_CREDS: a credentials file (JWT and NKey).
     nats_creds: str | None = None
+    # NATS_TLS_CA: the CA that signed the broker's certificate.
     nats_tls_ca: str | None = None
+    # NATS_TLS_CERT / NATS_TLS_KEY: this client's certificate and key (mutual TLS).
     nats_tls_cert: str | None = None
+    # With NATS_TLS_CERT.
     nats_tls_key: str | None = None
+    # How long one connection attempt to a seed may take.
     connect_timeout_s: float = 2.0
     # Reconnects: a killed node refuses at once and the client moves on to the next seed
     # after `reconnect_wait_s`; a paused node (sockets open, nothing answers) is noticed
     # after `ping_interval_s` x (max_outstanding_pings + 1).
     reconnect_wait_s: float = 0.25
+    # Interval of the client's pings to the broker.
     ping_interval_s: float = 5.0
+    # Unanswered pings after which the connection counts as lost.
     max_outstanding_pings: int = 2
     # On SIGTERM: how long in-flight messages may finish before they are handed back (NAK).
     graceful_shutdown_s: float = 10.0
+    # How long one append (or claim) keeps trying while its stream has no leader.
     append_retry_s: float = 8.0
+    # How long a consumer's handler waits out an unavailable broker before failing.
     broker_patience_s: float = 30.0
+    # Silence after which a durable consumer checks that the broker still has it.
     consumer_check_s: float = 3.0
+    # Idle heartbeat of the ordered consumers live views follow streams with (a view notices a lost
+    # node after two missed beats).
     follow_heartbeat_s: float = 0.5
     # Which client the bus connects with: "lean" (nats-py subclassed on its request and
     # delivery paths, reading its private fields: libs/bus/client.py) or "plain" (nats-py's
@@ -227,7 +248,9 @@ class BusSettings:
 class HttpSettings:
     """Where a service's HTTP endpoint listens."""
 
+    # The interface the service listens on.
     host: str
+    # The TCP port the service listens on.
     port: int
 
     @classmethod
@@ -248,7 +271,9 @@ class HeapSettings:
     10,000 measured too: no full collection in the span, but young ones of up to 18 ms).
     """
 
+    # Freeze what exists once the app is built, so collections skip it.
     freeze: bool = True
+    # Allocations between young collections (CPython's default).
     gen0_threshold: int = 700
 
     @classmethod
@@ -266,6 +291,7 @@ class ServeSettings:
     stopping server leaves in-flight requests."""
 
     http: HttpSettings = field(default_factory=lambda: HttpSettings("127.0.0.1", 8080))
+    # Level of the process's log.
     log_level: str = "INFO"
     graceful_shutdown_s: float = 10.0
     heap: HeapSettings = field(default_factory=HeapSettings)
@@ -296,19 +322,28 @@ class ModelSettings:
     """Which conversation model a process uses (`libs.models.get_model`) and how the built-in
     adapters reach theirs. Empty strings mean "the adapter's own default"."""
 
-    # HOLDLINE_MODEL; unset: `openai` when OPENAI_API_KEY is set, else `mock` (surface).
+    # HOLDLINE_MODEL: the conversation model by name (a built-in adapter or one registered);
+    # unset: `openai` when OPENAI_API_KEY is set, else `mock` (surface).
     name: str = "mock"
     # HOLDLINE_MODEL_MAX_RETRIES: retries of one model call, both HTTP adapters.
     max_retries: int = 2
-    # The OpenAI Responses adapter (`openai`): OPENAI_*.
+    # The OpenAI Responses adapter (`openai`), OPENAI_*: its API key; set, it makes `openai`
+    # the surface's default model.
     openai_api_key: str = ""
+    # The model the `openai` adapter asks for; empty: the adapter's default.
     openai_model: str = ""
+    # Base URL of the OpenAI API; empty: the adapter's default.
     openai_base_url: str = ""
+    # Timeout of one call to the OpenAI API.
     openai_timeout_s: float = 20.0
-    # Any OpenAI-compatible Chat Completions server (`chat-completions`): HOLDLINE_MODEL_*.
+    # Any OpenAI-compatible Chat Completions server (`chat-completions`), HOLDLINE_MODEL_*:
+    # its base URL.
     base_url: str = ""
+    # The model the `chat-completions` adapter asks for.
     model_name: str = ""
+    # The `chat-completions` server's API key.
     api_key: str = ""
+    # Timeout of one `chat-completions` call; a model slower than this is a failed turn.
     timeout_s: float = 8.0
 
     @classmethod

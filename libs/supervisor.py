@@ -97,6 +97,8 @@ def broker_environ(environ: Mapping[str, str]) -> dict[str, str]:
     (docs/journal/2026-12-04-one-go-processor.md).
     """
     env = dict(environ)
+    # HOLDLINE_BROKER_GOMAXPROCS: the embedded broker's Go processors (0: Go's own choice),
+    # unless GOMAXPROCS is set already.
     wanted = env.get("HOLDLINE_BROKER_GOMAXPROCS", "1").strip() or "1"
     if not wanted.isdigit():
         raise ValueError(f"HOLDLINE_BROKER_GOMAXPROCS={wanted!r}: a whole number, 0 for Go's own")
@@ -145,7 +147,10 @@ class Supervisor:
         self.environ = dict(environ)
         self.cluster = cluster
         self.stopping = asyncio.Event()
+        # HOLDLINE_RESTART_BACKOFF_S: first wait before a crashed child is restarted; doubles while
+        # it keeps dying right away, capped at 10 s.
         self.backoff_s = env_float("HOLDLINE_RESTART_BACKOFF_S", 0.5, self.environ)
+        # HOLDLINE_STOP_TIMEOUT_S: how long stopping children may take before they are killed.
         self.stop_timeout_s = env_float("HOLDLINE_STOP_TIMEOUT_S", 20.0, self.environ)
         self.children: list[Child] = []
         self.brokers: list[Child] = []
@@ -371,6 +376,8 @@ def main(cluster: int = 0) -> int:
     """Entry point of `holdline run` (`--cluster N`: N broker nodes and two of each service)."""
     # The one read of the supervisor's environment: settings and children's come from it.
     environ = dict(os.environ)
+    # HOLDLINE_ROOT: the directory the services run in and keep `.data/` (the broker's store)
+    # under; default: the current directory.
     root = Path(environ.get("HOLDLINE_ROOT", Path.cwd()))
     if cluster and environ.get("NATS_URL"):
         _log("--cluster starts its own broker nodes: unset NATS_URL, or run without --cluster")

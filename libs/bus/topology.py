@@ -220,7 +220,10 @@ class InvalidPartition(ValueError):
 class Partition:
     """Partition `index` of `count`: the sessions one process of a stateful service owns."""
 
+    # HOLDLINE_PARTITION: this process's partition k; unset: 0 when there is one partition, else the
+    # ordinal that ends the pod name (`HOSTNAME`, e.g. `batch-coordinator-2`).
     index: int = 0
+    # HOLDLINE_PARTITIONS: how many partitions N share the sessions.
     count: int = 1
 
     def __post_init__(self) -> None:

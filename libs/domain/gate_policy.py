@@ -32,12 +32,16 @@ class QuietRule:
 class GatePolicy:
     """Timings of the ActivityGate."""
 
+    # Silence required after the user stops speaking or typing before a proactive delivery.
     min_quiet_ms: int = 650
+    # Overrides of the quiet time per channel, language and domain (the tool of the delivery's
+    # operations), most specific wins: `voice:es:*=800,chat:*:*=300,*:*:transfer_money=1200`.
     rules: tuple[QuietRule, ...] = ()
     # How long a delivery may wait for a proactive window before next-turn resync.
     window_ms: int = 30_000
     # Unheard attempts before the delivery stops trying proactively.
     max_unheard: int = 3
+    # The conversation language used to pick quiet rules.
     language: str = "en"
 
     def quiet_ms(self, channel: str, language: str, domain: str) -> int:

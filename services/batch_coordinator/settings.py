@@ -43,11 +43,15 @@ class Settings:
     """Everything the coordinator reads from its environment."""
 
     bus: BusSettings
+    # Language of closing summaries (`en`, `es`).
     language: str = "en"
     model: ModelSettings = field(default_factory=ModelSettings)
     partition: Partition = field(default_factory=Partition)
     tools: ToolSettings = field(default_factory=ToolSettings)
+    # A batch member with no event this long after its `batch.opened` lost its turn before the
+    # admission: it is rejected as `interrupted` and the batch closes.
     interrupted_grace_s: float = 10.0
+    # How often such members are looked for.
     interrupted_sweep_s: float = 5.0
     serve: ServeSettings = field(
         default_factory=lambda: ServeSettings(HttpSettings("127.0.0.1", DEFAULT_PORT))

@@ -86,22 +86,41 @@ class Settings:
 
     bus: BusSettings
     serve: ServeSettings
+    # `tenant:key,...`: when set, creating a session needs the tenant's key in `X-Api-Key`.
     tenant_api_keys: dict[str, str] = field(default_factory=dict)
+    # The tenant of a session created without one.
     default_tenant: str = "default"
+    # The agent of a session created without one.
     default_agent: str = "concierge"
+    # `carried` or `fresh`: what the new agent's model sees after a handoff.
     handoff_context: Literal["fresh", "carried"] = "carried"
+    # Largest request body accepted (413 beyond).
     max_body_bytes: int = 16 * 1024
+    # Longest turn text accepted.
     max_text_chars: int = 2000
+    # A model slower than this is a failed turn, answered honestly.
     model_timeout_s: float = 8.0
+    # An open turn older than this was abandoned by a crash, and so was a `client_turn_id` or
+    # `tool_call_id` claim still pending after it (a repeat takes it).
     turn_timeout_s: float = 30.0
+    # How long a turn waits for the session's previous turn.
     turn_wait_s: float = 10.0
+    # Serve the demo's fault-injection proxy (`/v1/demo/faults`).
     demo: bool = True
     provider_url: str = "http://127.0.0.1:8090"
+    # The default language of turns.
     language: str = "en"
+    # A session token is refused (401) this long after the session was opened; 0 = never.
     token_ttl_s: float = 86400.0
+    # `burst/per_second`: token bucket for one session's writes (turns, activity, handoff); beyond
+    # it 429 with `Retry-After`; `0` disables it.
     rate_session: tuple[float, float] = (30.0, 5.0)
+    # `burst/per_second`: the same per tenant; `0` disables it.
     rate_tenant: tuple[float, float] = (1000.0, 100.0)
+    # `module,...`: imported before the model is chosen, so they can register models of their own
+    # (`libs.models.register`).
     model_modules: tuple[str, ...] = ()
+    # Any value but `0` times each phase of a turn into `holdline_turn_phase_seconds`.
     turn_phases: bool = False
     model: ModelSettings = field(default_factory=ModelSettings)
     tools: ToolSettings = field(default_factory=ToolSettings)

@@ -59,17 +59,30 @@ class Settings:
 
     bus: BusSettings
     serve: ServeSettings
+    # This worker's name in events (default: host-pid).
     worker_id: str
+    # How long a silent (dead) worker keeps an operation.
     lease_ttl_s: float
+    # How often a live worker renews the leases it holds.
     lease_renew_s: float
+    # After this, an awaited asynchronous result is polled.
     callback_overdue_s: float
+    # An asynchronous wait this long gets one `operation.progress`.
     progress_after_s: float
+    # How often a waiting operation re-reads its state.
     poll_interval_s: float
+    # Retries allowed as a share of first attempts (the retry budget).
     retry_budget_ratio: float
+    # Retries always allowed, whatever the ratio.
     retry_budget_min: int
+    # Multiplies every declared backoff (tests make it small).
     backoff_scale: float
+    # Multiplies every declared per-attempt timeout.
     timeout_scale: float
+    # Operations one worker handles at once.
     max_in_flight: int
+    # Messages the standing pull request on each of the worker's two consumers may hold: how much of
+    # a burst it takes before its loop comes round again.
     work_batch: int
     tools: ToolSettings = field(default_factory=ToolSettings)
 

@@ -98,19 +98,33 @@ _DEFAULT_SECRET = "holdline-dev-callback-secret"  # noqa: S105
 class Settings:
     """Everything the provider reads from its environment."""
 
+    # Interface to listen on.
     host: str = _DEFAULT_HOST
+    # TCP port to listen on.
     port: int = _DEFAULT_PORT
+    # SQLite file holding records, idempotency keys with their stored responses, the effect ledger
+    # and the callback outbox.
     db_path: Path = Path(_DEFAULT_DB)
-    # None disables callbacks (async records still commit and can be polled).
+    # Where asynchronous completions are POSTed; `off` (None) disables callbacks (records
+    # still commit and can be polled).
     callback_url: str | None = _DEFAULT_CALLBACK_URL
+    # HMAC-SHA256 key that signs callbacks (`libs.signing`).
     callback_secret: bytes = _DEFAULT_SECRET.encode()
+    # Time from a 202 answer to the asynchronous commit and its callback (set in ms).
     async_delay_s: float = 0.5
+    # How long a `timeout_after_commit` request hangs after committing before it answers.
     hang_after_commit_s: float = 30.0
+    # Transfers ignore `Idempotency-Key`: every send is a new effect.
     transfers_ignore_idempotency: bool = False
+    # Delivery attempts per callback before it is given up (and logged).
     callback_max_attempts: int = 6
+    # First retry delay of a failed callback (set in ms); doubles per attempt, capped at 10 s.
     callback_backoff_s: float = 0.25
+    # Per-attempt HTTP timeout of a callback.
     callback_timeout_s: float = 5.0
+    # How long a stopping server waits for in-flight (possibly hanging) requests.
     shutdown_grace_s: float = 5.0
+    # Level of the process's log.
     log_level: str = "INFO"
 
     @classmethod

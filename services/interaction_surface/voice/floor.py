@@ -47,9 +47,14 @@ class Word:
 class FloorConfig:
     """Backchannels and the confirmation of doubtful hearings (see the module docstring)."""
 
+    # Comma-separated phrases that, said while the agent talks, are not a turn.
     backchannels: frozenset[str] = field(default_factory=lambda: frozenset(DEFAULT_BACKCHANNELS))
+    # 1: after a backchannel the agent carries on; 0: it is a barge-in like any other speech.
     continue_on_backchannel: bool = True
+    # A word recognised below this confidence is doubtful, so its tool call is confirmed first; 0
+    # turns the rule off.
     confirm_below: float = 0.6
+    # 1: a value outside the recognizer's catalogue is doubtful.
     confirm_unknown: bool = True
 
 

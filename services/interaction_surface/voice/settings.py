@@ -39,6 +39,8 @@ def trust_from_env() -> TrustSettings:
         trusted_proxies=parse_networks(env_str("HOLDLINE_TRUSTED_PROXIES", "")),
         ticket_ttl_s=env_float("HOLDLINE_CALL_TICKET_TTL_S", 300.0),
     )
+    # HOLDLINE_REQUIRE_TWILIO_AUTH: 1 refuses to start without TWILIO_AUTH_TOKEN (a surface
+    # whose phone sessions anyone could open).
     if env_bool("HOLDLINE_REQUIRE_TWILIO_AUTH", default=False) and not settings.auth_token:
         raise TelephonyMisconfigured(
             "HOLDLINE_REQUIRE_TWILIO_AUTH=1 but TWILIO_AUTH_TOKEN is not set: refusing "
@@ -109,13 +111,23 @@ class VoiceSettings:
     trust: TrustSettings = field(default_factory=TrustSettings)
     vad: VadConfig = field(default_factory=VadConfig)
     floor: FloorConfig = field(default_factory=FloorConfig)
+    # The speech synthesis engine (`espeak`, `deepgram`, or one a speech module registers).
     tts: str = "espeak"
+    # The speech recognition engine (`pocketsphinx`, `deepgram`, `none`, or one a speech module
+    # registers).
     stt: str = "pocketsphinx"
+    # The espeak voice.
     tts_voice: str = "en-us"
+    # The espeak speaking rate, in words per minute.
     tts_wpm: int = 175
+    # `module,...`: imported first, so they can register extra engines.
     speech_modules: tuple[str, ...] = ()
+    # Inter-digit pause that ends a DTMF entry without `#`.
     dtmf_pause_ms: int = 2000
+    # Agent audio sent ahead of the playout model (0: the whole reply at once).
     playout_lead_ms: int = 160
+    # A call's owner entry (which surface holds it) expires this long after its owner stops
+    # refreshing it.
     call_owner_ttl_s: float = 10.0
     # Read only when `tts` or `stt` is `deepgram` and a key is set: without one, building
     # the engine at start-up fails, as it always did.

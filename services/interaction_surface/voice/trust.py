@@ -143,11 +143,17 @@ def parse_shared_keys(raw: str) -> dict[str, str]:
 class TrustSettings:
     """What the telephony edge trusts; see the module docstring."""
 
+    # TWILIO_AUTH_TOKEN: checks Twilio's signatures; unset, only local requests may use the voice
+    # webhook or open a phone session.
     auth_token: str = ""
     # Shared-key secrets for `X-Twilio-Webhooks-Signature-Settings: key=<id>`, by id.
     shared_keys: Mapping[str, str] = field(default_factory=dict)
+    # HOLDLINE_PUBLIC_URL: the https base URL Twilio calls (the URL it signs).
     public_url: str = ""
+    # HOLDLINE_TRUSTED_PROXIES: proxies (addresses or networks) whose `X-Forwarded-Proto/Host/Port`
+    # give the public URL.
     trusted_proxies: tuple[Network, ...] = ()
+    # How long a call ticket issued by the voice webhook stays valid.
     ticket_ttl_s: float = 300.0
 
     @property

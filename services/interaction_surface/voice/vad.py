@@ -59,12 +59,17 @@ class VadConfig:
     `HOLDLINE_VAD_SIBILANT_HIGH` (0.70; 0 turns the sibilant rule off),
     `HOLDLINE_VAD_SIBILANT_FLATNESS` (0.72)."""
 
+    # webrtc VAD aggressiveness, 0-3.
     aggressiveness: int = 2
+    # Speech needed before a run counts as the caller talking.
     min_speech_ms: int = 60
+    # Silence that ends an utterance.
     endpoint_silence_ms: int = 500
+    # Quietest audio (PCM16 units) that may count as speech.
     min_rms: int = 200
     # A barge-in with no words, followed by this much quiet, was a false interruption.
     false_interruption_ms: int = 600
+    # `silero` or `webrtc`.
     detector: str = "silero"
     # Silero's probability at or above which a 32 ms window is speech.
     speech_prob: float = 0.5

@@ -55,15 +55,26 @@ class DeepgramConfig:
     `HOLDLINE_DEEPGRAM_FINALIZE_S` (2: how long the end of an utterance waits for the last
     results), `HOLDLINE_LANGUAGE` (en)."""
 
+    # DEEPGRAM_API_KEY: required when an engine is `deepgram` (no key is a configuration error, not
+    # a silent fallback).
     api_key: str
+    # Deepgram's API base URL.
     base_url: str = "https://api.deepgram.com"
+    # Deepgram's recognition model.
     stt_model: str = "nova-3"
+    # Deepgram's synthesis voice.
     tts_model: str = "aura-2-thalia-en"
+    # The language of recognition.
     language: str = "en"
+    # Deepgram's endpointing: shorter than the VAD's, so the vendor's final is usually in before the
+    # surface ends the turn.
     endpointing_ms: int = 300
+    # Connect and read bound of one Deepgram request.
     timeout_s: float = 5.0
+    # Retries of a failed Deepgram request.
     retries: int = 2
     backoff_s: float = 0.2
+    # How long the end of an utterance waits for the last results.
     finalize_s: float = 2.0
     # Deepgram closes a stream that gets neither audio nor KeepAlive for 10 s.
     keepalive_s: float = 4.0
