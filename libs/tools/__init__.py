@@ -1,5 +1,6 @@
 """Tool declarations, executors and the registry that binds them by name."""
 
+from .agents import AgentDeclaration, AgentRefusal, agent_refusal
 from .checks import DeclarationError
 from .declaration import (
     BusinessLimits,
@@ -25,6 +26,8 @@ from .sandbox import SandboxExecutor, classify_exception, classify_response
 
 __all__ = [
     "DEMO_TOOLS",
+    "AgentDeclaration",
+    "AgentRefusal",
     "AttemptResult",
     "BusinessLimits",
     "CallbackRefused",
@@ -42,6 +45,7 @@ __all__ = [
     "ToolDeclaration",
     "ToolRegistry",
     "UnknownTool",
+    "agent_refusal",
     "classify_exception",
     "classify_response",
     "default_registry",

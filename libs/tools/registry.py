@@ -14,6 +14,7 @@ from typing import Any
 
 from libs.config import ToolSettings
 
+from .agents import AgentDeclaration
 from .checks import DeclarationError, check
 from .declaration import ToolDeclaration
 from .demo import DEMO_TOOLS
@@ -39,6 +40,7 @@ class ToolRegistry:
         # executor name → the callback route segments that reach it
         self._routes: dict[str, set[str]] = {}
         self._modules: set[str] = set()
+        self._agents: dict[str, AgentDeclaration] = {}
         # Where declarations come from while they are being added (named in errors).
         self._origin = "holdline"
 
@@ -53,6 +55,17 @@ class ToolRegistry:
         check(declaration)
         self._tools[declaration.name] = declaration
         self._origins[declaration.name] = origin
+
+    def declare_agent(self, agent: AgentDeclaration) -> None:
+        """Add an agent (see `libs.tools.agents`); refused if the name is taken."""
+        if agent.name in self._agents:
+            raise DeclarationError(f"agent {agent.name!r} is already declared")
+        self._agents[agent.name] = agent
+
+    @property
+    def agents(self) -> Mapping[str, AgentDeclaration]:
+        """The declared agents by name (empty: every agent name is accepted)."""
+        return self._agents
 
     def register_executor(
         self, name: str, executor: Executor, *, callback_route: str | None = None
@@ -142,6 +155,15 @@ class ToolRegistry:
                     "is not declared"
                 )
 
+    def check_agents(self) -> None:
+        """Handoff targets are declared agents (run once everything is declared)."""
+        for agent in self._agents.values():
+            for target in sorted(agent.handoff_to or ()):
+                if target not in self._agents:
+                    raise DeclarationError(
+                        f"agent {agent.name!r}: handoff_to {target!r} is not a declared agent"
+                    )
+
     def check_executors(self) -> None:
         """Every tool's executor is registered (the worker runs this before it starts)."""
         for tool in self._tools.values():
@@ -179,6 +201,7 @@ def default_registry(
     if settings.tools_file:
         load_tools_file(settings.tools_file, registry, client)
     registry.check_links()
+    registry.check_agents()
     if client is not None:
         registry.check_executors()
     return registry

@@ -8,7 +8,7 @@ from fastapi import FastAPI
 from libs.serve import EXIT_CONFIG, serve
 
 from .app import create_app
-from .settings import Settings
+from .settings import Misconfigured, Settings
 from .voice.trust import TelephonyMisconfigured
 
 
@@ -22,14 +22,14 @@ def _refuse(exc: Exception) -> NoReturn:
 
 try:
     _settings = Settings.from_env()
-except TelephonyMisconfigured as exc:
+except (TelephonyMisconfigured, Misconfigured) as exc:
     _refuse(exc)
 
 
 def _app() -> FastAPI:
     try:
         return create_app(_settings)
-    except TelephonyMisconfigured as exc:
+    except (TelephonyMisconfigured, Misconfigured) as exc:
         _refuse(exc)
 
 

@@ -56,7 +56,8 @@ from .core.surface import Started, Surface
 from .core.view import SurfaceView
 from .core.writes import SurfaceWrites
 from .delivery.executor import DeliveryExecutor
-from .settings import Settings
+from .identity import JwtVerifier
+from .settings import Misconfigured, Settings
 from .voice.call import CallRegistry
 from .voice.channel import CallChannel
 from .voice.ownership import CallOwnership
@@ -165,6 +166,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # each given in one step).
     # Before anything starts: a bad tool declaration stops the service (DeclarationError).
     registry = default_registry(settings=settings.tools)
+    if registry.agents and settings.default_agent not in registry.agents:
+        raise Misconfigured(
+            f"HOLDLINE_DEFAULT_AGENT={settings.default_agent} is not a declared agent"
+        )
     view = SurfaceView(label=registry.label)
     voice_settings = settings.voice
     runtime = Runtime(
@@ -175,7 +180,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         view, ConnectedEventStore(runtime), runtime.topology, clock=clock, ids=ids
     )
     surface = Surface(
-        runtime=runtime, view=view, settings=settings, writes=writes, clock=clock, ids=ids
+        runtime=runtime, view=view, settings=settings, writes=writes, clock=clock, ids=ids,
+        jwt=JwtVerifier(settings.jwt) if settings.jwt.configured else None,
+        agents=registry.agents,
     )
     # Calls and agent connections are owned in one bucket (same owner, same owner-lost
     # sweep); it opens when voice starts.

@@ -1,4 +1,4 @@
-"""Session tokens and tenant API keys.
+"""Session tokens (tenant credentials are identity.py's).
 
 A session token is random and only its SHA-256 is stored (in `session.opened`); checking a
 token hashes it and compares in constant time. Any mismatch answers like a missing session.
@@ -39,16 +39,6 @@ def bearer(header: str | None) -> str | None:
     if scheme.lower() != "bearer" or not value.strip():
         return None
     return value.strip()
-
-
-def api_key_ok(keys: dict[str, str], tenant_id: str, presented: str | None) -> bool:
-    """Whether the presented key is the tenant's (always true when no keys are configured)."""
-    if not keys:
-        return True
-    expected = keys.get(tenant_id)
-    if expected is None or presented is None:
-        return False
-    return hmac.compare_digest(expected.encode(), presented.encode())
 
 
 def new_id(prefix: str) -> str:

@@ -2,8 +2,11 @@
 
 - `INTERACTION_SURFACE_HOST` / `INTERACTION_SURFACE_PORT` (127.0.0.1:8080) and
   `HOLDLINE_LOG_LEVEL` (INFO): how `libs.serve` runs it (`ServeSettings`)
-- `HOLDLINE_TENANT_API_KEYS` `tenant:key,...` — when set, creating a session needs the
-  tenant's key in `X-Api-Key`
+- `HOLDLINE_TENANT_API_KEYS` `tenant:key,...`: a tenant's key in `X-Api-Key` opens its
+  sessions (the key decides the tenant); `HOLDLINE_JWT_*` (`JwtSettings`): a tenant-signed
+  JWT in `Authorization: Bearer` does too (identity.py). Without either, only local
+  requests open sessions, and a surface listening off loopback refuses to start
+  (`Misconfigured`) unless `HOLDLINE_INSECURE_OPEN=1`
 - `HOLDLINE_DEFAULT_TENANT` (`default`), `HOLDLINE_DEFAULT_AGENT` (`concierge`)
 - `HOLDLINE_HANDOFF_CONTEXT` `carried|fresh` (`carried`): what the new agent's model sees
 - `HOLDLINE_MAX_BODY_BYTES` (16384), `HOLDLINE_MAX_TEXT_CHARS` (2000)
@@ -31,6 +34,8 @@
 
 from __future__ import annotations
 
+import ipaddress
+import logging
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -46,6 +51,52 @@ from libs.config import (
 )
 
 from .voice.settings import VoiceSettings
+
+log = logging.getLogger(__name__)
+
+
+class Misconfigured(ValueError):
+    """The surface's settings cannot be used safely (it refuses to start)."""
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a listening address is reachable only from this machine."""
+    if host.strip().lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip().strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass(frozen=True, slots=True)
+class OpenSurface:
+    """A surface that would serve anyone: refused, or (`HOLDLINE_INSECURE_OPEN`) warned of."""
+
+    message: str
+    fatal: bool
+
+
+def startup_refusal(
+    host: str, *, api_keys: bool, jwt_configured: bool, insecure_open: bool
+) -> OpenSurface | None:
+    """None when the surface may start quietly. Off loopback with no tenant credential
+    configured, anyone who reaches it could open a session as anyone."""
+    if is_loopback_host(host) or api_keys or jwt_configured:
+        return None
+    if insecure_open:
+        return OpenSurface(
+            f"HOLDLINE_INSECURE_OPEN=1: the surface listens on {host} with no tenant "
+            "credential: ANYONE who reaches it can open a session as any user of any tenant",
+            fatal=False,
+        )
+    return OpenSurface(
+        f"INTERACTION_SURFACE_HOST={host} is not loopback and no tenant credential is "
+        "configured: set HOLDLINE_TENANT_API_KEYS, or HOLDLINE_JWT_KEY / HOLDLINE_JWT_JWKS "
+        "(with HOLDLINE_JWT_ISSUER, HOLDLINE_JWT_AUDIENCE), or HOLDLINE_INSECURE_OPEN=1 to "
+        "serve anyone anyway",
+        fatal=True,
+    )
 
 
 def parse_api_keys(text: str) -> dict[str, str]:
@@ -81,12 +132,49 @@ def _rate(name: str, default: str) -> tuple[float, float]:
 
 
 @dataclass(frozen=True, slots=True)
+class JwtSettings:
+    """How tenant-signed JWTs are checked; unset `key` and `jwks`: JWTs are not accepted."""
+
+    # HOLDLINE_JWT_ISSUER: the `iss` a token must carry (empty: not checked).
+    issuer: str = ""
+    # HOLDLINE_JWT_AUDIENCE: the `aud` a token must carry (empty: not checked).
+    audience: str = ""
+    # HOLDLINE_JWT_KEY: a PEM public key, or an HMAC secret (with an HS* algorithm).
+    key: str = ""
+    # HOLDLINE_JWT_JWKS: a JWKS JSON document, inline or a file path (no network fetch).
+    jwks: str = ""
+    # HOLDLINE_JWT_ALGORITHMS: the signature algorithms accepted.
+    algorithms: tuple[str, ...] = ("RS256", "ES256")
+    # HOLDLINE_JWT_TENANT_CLAIM: the claim that names the tenant.
+    tenant_claim: str = "tenant"
+
+    @classmethod
+    def from_env(cls) -> JwtSettings:
+        """Read the `HOLDLINE_JWT_*` settings."""
+        algorithms = env_str("HOLDLINE_JWT_ALGORITHMS", "RS256,ES256")
+        return cls(
+            issuer=env_str("HOLDLINE_JWT_ISSUER", ""),
+            audience=env_str("HOLDLINE_JWT_AUDIENCE", ""),
+            key=env_str("HOLDLINE_JWT_KEY", ""),
+            jwks=env_str("HOLDLINE_JWT_JWKS", ""),
+            algorithms=tuple(a.strip() for a in algorithms.split(",") if a.strip()),
+            tenant_claim=env_str("HOLDLINE_JWT_TENANT_CLAIM", "tenant"),
+        )
+
+    @property
+    def configured(self) -> bool:
+        """Whether JWTs are accepted at all."""
+        return bool(self.key or self.jwks)
+
+
+@dataclass(frozen=True, slots=True)
 class Settings:
     """Everything the surface reads from its environment."""
 
     bus: BusSettings
     serve: ServeSettings
-    # `tenant:key,...`: when set, creating a session needs the tenant's key in `X-Api-Key`.
+    # `tenant:key,...`: a tenant's key in `X-Api-Key` opens its sessions (the key decides the
+    # tenant); when set, even a local request needs one.
     tenant_api_keys: dict[str, str] = field(default_factory=dict)
     # The tenant of a session created without one.
     default_tenant: str = "default"
@@ -122,6 +210,11 @@ class Settings:
     model_modules: tuple[str, ...] = ()
     # Any value but `0` times each phase of a turn into `holdline_turn_phase_seconds`.
     turn_phases: bool = False
+    # HOLDLINE_JWT_*: tenant-signed JWTs that open sessions (identity.py).
+    jwt: JwtSettings = field(default_factory=JwtSettings)
+    # HOLDLINE_INSECURE_OPEN=1: start off loopback with no tenant credential configured
+    # (anyone may open a session as anyone; logged loudly).
+    insecure_open: bool = False
     model: ModelSettings = field(default_factory=ModelSettings)
     tools: ToolSettings = field(default_factory=ToolSettings)
     voice: VoiceSettings = field(default_factory=VoiceSettings)
@@ -134,10 +227,24 @@ class Settings:
             raise ValueError(f"HOLDLINE_HANDOFF_CONTEXT must be fresh or carried, got {context!r}")
         bus = BusSettings.from_env()
         tools = ToolSettings.from_env()
+        serve = ServeSettings.from_env("INTERACTION_SURFACE", 8080, bus)
+        keys = parse_api_keys(env_str("HOLDLINE_TENANT_API_KEYS", ""))
+        jwt = JwtSettings.from_env()
+        insecure_open = env_bool("HOLDLINE_INSECURE_OPEN", default=False)
+        risk = startup_refusal(
+            serve.http.host, api_keys=bool(keys), jwt_configured=jwt.configured,
+            insecure_open=insecure_open,
+        )
+        if risk is not None and risk.fatal:
+            raise Misconfigured(risk.message)
+        if risk is not None:
+            log.warning("%s", risk.message)
         return cls(
             bus=bus,
-            serve=ServeSettings.from_env("INTERACTION_SURFACE", 8080, bus),
-            tenant_api_keys=parse_api_keys(env_str("HOLDLINE_TENANT_API_KEYS", "")),
+            serve=serve,
+            tenant_api_keys=keys,
+            jwt=jwt,
+            insecure_open=insecure_open,
             default_tenant=env_str("HOLDLINE_DEFAULT_TENANT", "default"),
             default_agent=env_str("HOLDLINE_DEFAULT_AGENT", "concierge"),
             handoff_context="fresh" if context == "fresh" else "carried",

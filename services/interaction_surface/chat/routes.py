@@ -1,7 +1,8 @@
 """The chat routes of docs/contract.md §6: sessions, turns, snapshot, timeline, stream,
 activity, handoff.
 
-`POST /v1/sessions` needs the tenant's `X-Api-Key` when the tenant has keys; every other
+`POST /v1/sessions` needs a tenant credential off loopback (identity.py) and an agent the
+tenant may use (libs/tools/agents.py, as does a handoff); every other
 route is a session's (bearer token, or `?token=` on the stream) and is checked by the
 shared `Surface` (`core/surface.py`, `core/http.py`): body limits, strict decoding, tokens,
 expiry and rate limits are the same for chat, voice and the Agent API.
@@ -28,7 +29,7 @@ from libs.events import AgentHandedOff, SessionClosed, SessionOpened, UserActivi
 from libs.json_response import JSONResponse
 from libs.problems import problem
 
-from ..auth import api_key_ok, hash_token, new_token
+from ..auth import hash_token, new_token
 from ..core.diagnosis import diagnose
 from ..core.http import ProblemError, deny, documented_problems, request_body
 from ..core.session_log import ERASED, decode_cursor
@@ -105,19 +106,17 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
     @router.post("/v1/sessions", status_code=201)
     async def create_session(request: Request) -> Response:
         body = await request_body(request, CreateSessionBody, settings.max_body_bytes)
-        tenant = body.tenant_id or settings.default_tenant
-        if not api_key_ok(settings.tenant_api_keys, tenant, request.headers.get("x-api-key")):
-            raise ProblemError(
-                401, "Unauthorized", "a valid X-Api-Key for the tenant is required",
-                slug="unauthorized",
-            )
+        peer = request.client.host if request.client else None
+        who = surface.identify(peer, request.headers, body.user_id, body.tenant_id)
+        tenant = who.tenant_id
+        agent = body.agent or settings.default_agent
+        surface.check_agent(tenant, agent)
         session_id = surface.ids.new("s")
         issued = new_token()
-        agent = body.agent or settings.default_agent
         await surface.append_interaction(
             session_id,
             SessionOpened(
-                user_id=body.user_id, tenant_id=tenant, agent=agent, token_hash=hash_token(issued)
+                user_id=who.user_id, tenant_id=tenant, agent=agent, token_hash=hash_token(issued)
             ),
             expect=True,
             agent=agent,
@@ -252,6 +251,8 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
     async def handoff(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
         body = await request_body(request, HandoffBody, settings.max_body_bytes)
+        if body.agent != state.agent:
+            surface.check_agent(state.tenant_id, body.agent, from_agent=state.agent)
         surface.limit(state)
         context = body.context or settings.handoff_context
         # What the answers so far admitted is pending, and the handoff follows their replies.

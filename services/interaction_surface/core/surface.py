@@ -12,6 +12,7 @@ exactly as for a session that does not exist. A token older than `HOLDLINE_TOKEN
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -23,8 +24,10 @@ from libs.clock import RANDOM_IDS, SYSTEM_CLOCK, Clock, Ids
 from libs.domain import SessionState
 from libs.events import Envelope, InteractionEvent
 from libs.service import Runtime
+from libs.tools import AgentDeclaration, agent_refusal
 
 from ..auth import bearer, token_matches
+from ..identity import Identity, IdentityRefused, JwtVerifier, identify, is_local
 from ..settings import Settings
 from .http import ProblemError, not_found
 from .ratelimit import RateLimited, RateLimiter
@@ -64,10 +67,43 @@ class Surface:
     clock: Clock = SYSTEM_CLOCK
     ids: Ids = RANDOM_IDS
     started: Started | None = None
+    # Checks tenant-signed JWTs (None: not configured), built once at the composition root.
+    jwt: JwtVerifier | None = None
+    # The declared agents (libs/tools/agents.py; empty: any agent name).
+    agents: Mapping[str, AgentDeclaration] = field(default_factory=dict)
     limiter: RateLimiter = field(init=False)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter(self.settings.rate_session, self.settings.rate_tenant)
+
+    def identify(
+        self, peer: str | None, headers: Mapping[str, str], user_id: str, tenant_id: str | None
+    ) -> Identity:
+        """Who a session opened by this request is for (identity.py); 401/403 otherwise."""
+        try:
+            return identify(
+                local=is_local(peer, headers),
+                api_keys=self.settings.tenant_api_keys,
+                verifier=self.jwt,
+                api_key=headers.get("x-api-key"),
+                bearer_token=bearer(headers.get("authorization")),
+                user_id=user_id,
+                tenant_id=tenant_id,
+                default_tenant=self.settings.default_tenant,
+            )
+        except IdentityRefused as exc:
+            title = "Unauthorized" if exc.status == 401 else "Forbidden"
+            raise ProblemError(exc.status, title, exc.detail, slug=title.lower()) from None
+
+    def check_agent(self, tenant_id: str, agent: str, from_agent: str | None = None) -> None:
+        """404 `unknown agent` / 403 `agent not allowed` unless the tenant may run it."""
+        refused = agent_refusal(self.agents, tenant_id, agent, from_agent)
+        if refused is not None:
+            title = "Not found" if refused.status == 404 else "Forbidden"
+            raise ProblemError(
+                refused.status, title, f"{refused.reason}: {agent}",
+                slug=refused.reason.replace(" ", "-"),
+            )
 
     @property
     def turns(self) -> Turns | None:
