@@ -1,4 +1,5 @@
-"""One running system for the whole access package: API keys, rate limits, and a short-TTL surface.
+"""One running system for the whole access package: API keys, JWTs, declared agents, rate
+limits, and a short-TTL surface.
 
 The first surface runs the `literal` model (tool calls with verbatim arguments). The second
 surface follows the same streams with a 2-second token lifetime, so one session
@@ -16,7 +17,7 @@ import pytest
 from testkit.processes import Broker
 from testkit.surface import SurfaceStack, running_stack
 
-from .tenants import RATE_SESSION, RATE_TENANT, SECRETS, TOKEN_TTL_S, _keys
+from .tenants import JWT, RATE_SESSION, RATE_TENANT, SECRETS, TOKEN_TTL_S, _keys
 
 
 @pytest.fixture(scope="package")
@@ -27,6 +28,8 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         "HOLDLINE_TENANT_API_KEYS": _keys(),
         "HOLDLINE_RATE_SESSION": "/".join(str(n) for n in RATE_SESSION),
         "HOLDLINE_RATE_TENANT": "/".join(str(n) for n in RATE_TENANT),
+        **JWT,
+        "HOLDLINE_TOOL_MODULES": "tests.system.access.agents",
     }
     with running_stack(
         broker.url,

@@ -35,6 +35,16 @@ SECRETS = {
 }
 
 
+# Tenant-signed JWTs (HS256 here, so the test can sign them).
+JWT_SECRET = f"jwt-{uuid.uuid4().hex}{uuid.uuid4().hex}"
+JWT = {
+    "HOLDLINE_JWT_KEY": JWT_SECRET,
+    "HOLDLINE_JWT_ALGORITHMS": "HS256",
+    "HOLDLINE_JWT_ISSUER": "https://idp.test",
+    "HOLDLINE_JWT_AUDIENCE": "holdline",
+}
+
+
 def _keys() -> str:
     return ",".join(f"{tenant}:{key}" for tenant, key in API_KEYS.items())
 

@@ -37,6 +37,18 @@ async def test_session_creation_validates_ids(client: httpx.AsyncClient) -> None
     assert body["agent"] == "bot"
 
 
+async def test_an_open_surface_serves_only_local_session_creation(
+    client: httpx.AsyncClient,
+) -> None:
+    # No tenant credential is configured here: a proxied (remote) caller cannot name any user.
+    remote = await client.post(
+        "/v1/sessions",
+        json={"user_id": "ana", "tenant_id": "acme"},
+        headers={"X-Forwarded-For": "203.0.113.9"},
+    )
+    _problem(remote, 401)
+
+
 async def test_turn_bodies_are_bounded_and_typed(client: httpx.AsyncClient) -> None:
     chat = await open_chat(client)
     url = f"/v1/sessions/{chat.session_id}/turns"
