@@ -2,7 +2,8 @@
 # One image for every holdline service; each container picks its service with its command:
 #   docker build -t holdline .
 #   docker run --rm -p 8080:8080 -e NATS_URL=nats://nats:4222 -e INTERACTION_SURFACE_HOST=0.0.0.0 \
-#     holdline python -m services.interaction_surface
+#     -e HOLDLINE_TENANT_API_KEYS=acme:<key> holdline python -m services.interaction_surface
+# (off loopback the surface refuses to start without a tenant credential: docs/guides/deploy.md)
 # deploy/k8s runs it as user 10001 with a read-only root filesystem (writable: /tmp and
 # /var/lib/holdline, the working directory).
 

@@ -98,6 +98,7 @@ CLASSES: dict[str, ClassRef] = {
     "ToolSettings": ClassRef(_CONFIG, "ToolSettings"),
     "Partition": ClassRef("libs/bus/topology.py", "Partition"),
     "GatePolicy": ClassRef("libs/domain/gate_policy.py", "GatePolicy"),
+    "JwtSettings": ClassRef("services/interaction_surface/settings.py", "JwtSettings"),
     "VoiceSettings": ClassRef(_VOICE, "VoiceSettings"),
     "TrustSettings": ClassRef("services/interaction_surface/voice/trust.py", "TrustSettings"),
     "VadConfig": ClassRef("services/interaction_surface/voice/vad.py", "VadConfig"),
@@ -147,7 +148,10 @@ SECTIONS: tuple[Section, ...] = (
     Section(
         "interaction-surface",
         "`Settings`, `services/interaction_surface/settings.py`.",
-        (Reader(_service("interaction_surface"), "Settings.from_env"),),
+        (
+            Reader(_service("interaction_surface"), "Settings.from_env"),
+            Reader(_service("interaction_surface"), "JwtSettings.from_env"),
+        ),
     ),
     Section(
         "Voice",

@@ -212,8 +212,8 @@ class Settings:
     turn_phases: bool = False
     # HOLDLINE_JWT_*: tenant-signed JWTs that open sessions (identity.py).
     jwt: JwtSettings = field(default_factory=JwtSettings)
-    # HOLDLINE_INSECURE_OPEN=1: start off loopback with no tenant credential configured
-    # (anyone may open a session as anyone; logged loudly).
+    # `1`: start off loopback with no tenant credential configured anyway (anyone who reaches
+    # the surface may open a session as anyone; logged loudly at start).
     insecure_open: bool = False
     model: ModelSettings = field(default_factory=ModelSettings)
     tools: ToolSettings = field(default_factory=ToolSettings)
