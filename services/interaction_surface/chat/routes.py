@@ -103,7 +103,10 @@ def add_chat_routes(router: APIRouter, surface: Surface) -> None:
 def _write_routes(router: APIRouter, surface: Surface) -> None:
     settings = surface.settings
 
-    @router.post("/v1/sessions", status_code=201)
+    @router.post(
+        "/v1/sessions", status_code=201,
+        responses=documented_problems(400, 401, 403, 404, 413, 422),
+    )
     async def create_session(request: Request) -> Response:
         body = await request_body(request, CreateSessionBody, settings.max_body_bytes)
         peer = request.client.host if request.client else None
@@ -246,7 +249,7 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
 
     @router.post(
         "/v1/sessions/{session_id}/handoff",
-        responses=documented_problems(400, 401, 404, 409, 413, 422, 429),
+        responses=documented_problems(400, 401, 403, 404, 409, 413, 422, 429),
     )
     async def handoff(session_id: str, request: Request) -> Response:
         state = await surface.session(session_id, request.headers.get("authorization"))
