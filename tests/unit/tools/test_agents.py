@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from libs.config import BusSettings, ServeSettings, ToolSettings
 from libs.tools import AgentDeclaration, DeclarationError, ToolRegistry, agent_refusal
+from services.interaction_surface.app import create_app
+from services.interaction_surface.settings import Misconfigured, Settings
 
 DECLARED = {
     "concierge": AgentDeclaration("concierge", handoff_to=frozenset({"billing"})),
@@ -50,3 +53,13 @@ def test_the_registry_checks_declarations() -> None:
     with pytest.raises(DeclarationError, match="nobody"):
         registry.check_agents()
     assert set(registry.agents) == {"billing", "a"}
+
+
+def test_a_surface_whose_default_agent_is_undeclared_refuses_to_start() -> None:
+    settings = Settings(
+        bus=BusSettings(),
+        serve=ServeSettings(),
+        tools=ToolSettings(modules=("tests.unit.tools.agents_module",)),
+            )
+    with pytest.raises(Misconfigured, match="HOLDLINE_DEFAULT_AGENT"):
+        create_app(settings)
