@@ -368,10 +368,6 @@ class ModelSettings:
         )
 
 
-# A well-known development key, not a secret: production sets HOLDLINE_CALLBACK_SECRET.
-_DEV_CALLBACK_SECRET = "holdline-dev-callback-secret"  # noqa: S105
-
-
 @dataclass(frozen=True, slots=True)
 class ToolSettings:
     """Where a process's tools come from and how the demo executors reach the sandbox
@@ -383,10 +379,12 @@ class ToolSettings:
     tools_file: str = ""
     # SANDBOX_PROVIDER_URL: the system of record of the demo tools.
     provider_url: str = "http://127.0.0.1:8090"
-    # HOLDLINE_CALLBACK_SECRET: the HMAC key the sandbox signs its callbacks with.
-    callback_secret: bytes = _DEV_CALLBACK_SECRET.encode()
+    # HOLDLINE_CALLBACK_SECRET: the sandbox's callback HMAC key; unset: `libs.callback_secret`.
+    callback_secret: bytes = b""
     # HOLDLINE_SANDBOX_CALLBACK_TWICE: ask the sandbox to send every callback twice (tests).
     callback_twice: bool = False
+    # HOLDLINE_DEMO: the demo's tools, with their sandbox executor and its callback route.
+    demo: bool = True
 
     @classmethod
     def from_env(cls) -> ToolSettings:
@@ -396,6 +394,7 @@ class ToolSettings:
             modules=tuple(m.strip() for m in modules if m.strip()),
             tools_file=env_str("HOLDLINE_TOOLS_FILE", ""),
             provider_url=env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8090"),
-            callback_secret=env_str("HOLDLINE_CALLBACK_SECRET", _DEV_CALLBACK_SECRET).encode(),
+            callback_secret=env_str("HOLDLINE_CALLBACK_SECRET", "").encode(),
             callback_twice=env_bool("HOLDLINE_SANDBOX_CALLBACK_TWICE", default=False),
+            demo=env_bool("HOLDLINE_DEMO", default=True),
         )

@@ -158,16 +158,16 @@ _NO_TOOLS = ToolSettings()
 def default_registry(
     client: HttpClient | None = None, settings: ToolSettings = _NO_TOOLS
 ) -> ToolRegistry:
-    """Demo tools, `settings.modules` (HOLDLINE_TOOL_MODULES) and `settings.tools_file`
-    (HOLDLINE_TOOLS_FILE), checked together.
+    """Demo tools (HOLDLINE_DEMO, on by default), `settings.modules` (HOLDLINE_TOOL_MODULES)
+    and `settings.tools_file` (HOLDLINE_TOOLS_FILE), checked together.
 
     With a client (the worker), executors are registered too and every tool must have one.
     Raises DeclarationError, naming what to fix, when anything is wrong.
     """
     registry = ToolRegistry()
-    for declaration in DEMO_TOOLS:
+    for declaration in DEMO_TOOLS if settings.demo else ():
         registry.declare(declaration)
-    if client is not None:
+    if client is not None and settings.demo:
         twice, secret = settings.callback_twice, settings.callback_secret
         for name, route in ROUTES.items():
             registry.register_executor(
