@@ -177,7 +177,10 @@ def default_registry(
             )
     registry.load_modules(list(settings.modules))
     if settings.tools_file:
-        load_tools_file(settings.tools_file, registry, client)
+        load_tools_file(
+            settings.tools_file, registry, client,
+            max_response_bytes=settings.http_max_response_bytes,
+        )
     registry.check_links()
     if client is not None:
         registry.check_executors()
