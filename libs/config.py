@@ -86,10 +86,9 @@ def nats_servers(value: str) -> list[str]:
 @dataclass(frozen=True, slots=True)
 class BusTimings:
     """The bus library's waits and read mode, handed down from `BusSettings.timings` by the
-    runtime (consumers, the event store, the live views) and by the callers of the free
-    functions (`append`, `claim_once`, `load`, `read_subject`). The defaults are the
-    library's own: a process that never read its environment behaves like one that read
-    an empty one."""
+    runtime (consumers, event store, live views) and the callers of the free functions
+    (`append`, `claim_once`, `load`, `read_subject`). The defaults are the library's own:
+    a process that never read its environment behaves like one that read an empty one."""
 
     # How long one append (or claim) keeps trying while its stream has no leader.
     append_retry_s: float = 8.0
@@ -97,11 +96,10 @@ class BusTimings:
     broker_patience_s: float = 30.0
     # Silence after which a durable consumer checks that the broker still has it.
     consumer_check_s: float = 3.0
-    # Idle heartbeat of the ordered consumers that live views follow streams with. An
-    # ordered consumer is a single in-memory replica; when its node dies the client only
-    # notices the missing heartbeats (two) and recreates it from the next sequence. nats-py's
-    # default (5 s) leaves a view 10 s behind after a node or broker kill, and admission and
-    # the surface wait on those views; 0.5 s costs two tiny messages per second and stream.
+    # Idle heartbeat of the ordered consumers live views follow streams with: one on a dead
+    # node is noticed after two missed heartbeats and recreated. nats-py's default (5 s) left
+    # views (admission and the surface wait on them) 10 s behind after a node or broker
+    # kill; 0.5 s costs two tiny messages per second and stream.
     follow_heartbeat_s: float = 0.5
     # Reads of one subject ask the stream leader's last sequence first (replicated streams).
     consistent_reads: bool = False
@@ -109,7 +107,6 @@ class BusTimings:
 
 # The library defaults, for parameters of callers that were handed no timings.
 DEFAULT_TIMINGS = BusTimings()
-
 
 # The bus's client modes (`BusSettings.client`).
 BUS_CLIENTS = ("lean", "plain")
@@ -320,7 +317,7 @@ class ServeSettings:
 @dataclass(frozen=True, slots=True)
 class ModelSettings:
     """Which conversation model a process uses (`libs.models.get_model`) and how the built-in
-    adapters reach theirs. Empty strings mean "the adapter's own default"."""
+    adapters reach theirs (an empty string: the adapter's own default)."""
 
     # HOLDLINE_MODEL: the conversation model by name (a built-in adapter or one registered);
     # unset: `openai` when OPENAI_API_KEY is set, else `mock` (surface).
@@ -368,10 +365,6 @@ class ModelSettings:
         )
 
 
-# A well-known development key, not a secret: production sets HOLDLINE_CALLBACK_SECRET.
-_DEV_CALLBACK_SECRET = "holdline-dev-callback-secret"  # noqa: S105
-
-
 @dataclass(frozen=True, slots=True)
 class ToolSettings:
     """Where a process's tools come from and how the demo executors reach the sandbox
@@ -383,10 +376,14 @@ class ToolSettings:
     tools_file: str = ""
     # SANDBOX_PROVIDER_URL: the system of record of the demo tools.
     provider_url: str = "http://127.0.0.1:8090"
-    # HOLDLINE_CALLBACK_SECRET: the HMAC key the sandbox signs its callbacks with.
-    callback_secret: bytes = _DEV_CALLBACK_SECRET.encode()
+    # HOLDLINE_CALLBACK_SECRET: the sandbox's callback HMAC key; unset: `libs.callback_secret`.
+    callback_secret: bytes = b""
     # HOLDLINE_SANDBOX_CALLBACK_TWICE: ask the sandbox to send every callback twice (tests).
     callback_twice: bool = False
+    # HOLDLINE_DEMO: the demo's tools, with their sandbox executor and its callback route.
+    demo: bool = True
+    # HOLDLINE_HTTP_MAX_RESPONSE_BYTES: longest answer a file's HTTP tool reads (default cap).
+    http_max_response_bytes: int = 1 << 20
 
     @classmethod
     def from_env(cls) -> ToolSettings:
@@ -396,6 +393,8 @@ class ToolSettings:
             modules=tuple(m.strip() for m in modules if m.strip()),
             tools_file=env_str("HOLDLINE_TOOLS_FILE", ""),
             provider_url=env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8090"),
-            callback_secret=env_str("HOLDLINE_CALLBACK_SECRET", _DEV_CALLBACK_SECRET).encode(),
+            callback_secret=env_str("HOLDLINE_CALLBACK_SECRET", "").encode(),
             callback_twice=env_bool("HOLDLINE_SANDBOX_CALLBACK_TWICE", default=False),
+            demo=env_bool("HOLDLINE_DEMO", default=True),
+            http_max_response_bytes=env_int("HOLDLINE_HTTP_MAX_RESPONSE_BYTES", 1 << 20),
         )

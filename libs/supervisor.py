@@ -26,6 +26,7 @@ from pathlib import Path
 
 import httpx
 
+from libs import callback_secret
 from libs.config import env_float, env_int, env_str
 
 # A child exiting with this (sysexits' EX_CONFIG, see libs/serve.py) refused its
@@ -219,6 +220,12 @@ class Supervisor:
         """Decide every child's command line and environment."""
         env = dict(self.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
+        worker_host = env_str("OPERATION_WORKER_HOST", "127.0.0.1", self.environ)
+        unset = not env.get(callback_secret.ENV, "").strip()
+        if unset and callback_secret.is_loopback(worker_host):
+            # One random key per run, the same for the provider and the workers; off loopback
+            # the worker refuses to start without one set by hand.
+            env[callback_secret.ENV] = callback_secret.generate()
         if self.cluster:
             self._plan_cluster(env)
         elif not self.environ.get("NATS_URL"):

@@ -20,6 +20,10 @@ import httpx
 from libs.supervisor import broker_environ
 
 ROOT = Path(__file__).resolve().parents[1]
+# The callback key every service this test process starts shares (as `holdline run` shares
+# one per run): there is no default key, and a provider and a worker each left to pick
+# their own would refuse each other's callbacks. A stack may set its own.
+CALLBACK_SECRET = f"test-callback-{random.getrandbits(64):016x}"
 
 
 # Ports handed to services come from below the kernel's ephemeral range (where the client
@@ -178,7 +182,10 @@ class ServiceProcess:
 
     def start(self, *, wait_ready: bool = True, timeout_s: float = 30.0) -> None:
         """Start the process; by default wait until /readyz answers 200."""
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
+        env = {
+            "HOLDLINE_CALLBACK_SECRET": CALLBACK_SECRET, **os.environ, **self.env,
+            "PYTHONUNBUFFERED": "1",
+        }
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", self.module or f"services.{self.package}"],

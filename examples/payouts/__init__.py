@@ -19,7 +19,8 @@ from libs.tools import BusinessLimits, Limits, ToolDeclaration, ToolRegistry
 from .executor import PayoutsExecutor
 
 Name = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]
-AccountId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.-]{1,64}$")]
+# `<user>:<name>` ("ana:checking"): ownership is by the user id as a whole segment.
+AccountId = Annotated[str, msgspec.Meta(pattern=r"^[A-Za-z0-9_.:-]{1,64}$")]
 
 
 class PayoutArgs(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

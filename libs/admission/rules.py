@@ -20,8 +20,10 @@ from libs.tools import Caller, ToolDeclaration, normalise_resource
 Refusal = tuple[RejectReason, str]
 
 _QUALIFIED = re.compile(r"^(?P<tenant>[A-Za-z0-9_.-]{1,64})[/:](?P<name>.+)$")
-# What may follow a user id in an account that user owns ("ana-main", "ana.savings").
-_OWNED_SEPARATORS = frozenset("-_.:/")
+# What may follow a user id in a value that user owns ("ana:main", "ana/savings"): only
+# characters a user (session) id cannot hold, so user `ana` does not own `ana-bob-7`, which
+# may be the value of user `ana-bob`.
+_OWNED_SEPARATORS = frozenset(":/")
 
 
 def agent_allowed(tool: ToolDeclaration, caller: Caller) -> Refusal | None:
@@ -47,7 +49,8 @@ def expand(tool: ToolDeclaration, arguments: Mapping[str, Any]) -> list[dict[str
 
 
 def owns(caller: Caller, value: str, tool: ToolDeclaration) -> bool:
-    """The caller's own: a declared shared value, the user id, or the id and a separator."""
+    """The caller's own: a declared shared value, the user id, or the id as a whole segment
+    (the id, then `:` or `/`, then more)."""
     if value in tool.owned_values or value == caller.user_id:
         return True
     rest = value.removeprefix(caller.user_id)

@@ -18,7 +18,8 @@ OverflowPolicy = Literal["reject", "queue", "coalesce", "degrade"]
 Owner = Literal["session", "agent"]
 Priority = Literal["normal", "urgent"]
 # resource: a name, possibly tenant-qualified (`tenant/name`); another tenant's is forbidden.
-# owned: must belong to the caller (starts with the user id, or is one of `owned_values`).
+# owned: must belong to the caller (the user id, the user id then `:` or `/` then more, or one
+# of `owned_values`).
 # amount: a positive integer, bounded by `business.max_amount`.
 # text: free text, only trimmed.
 Role = Literal["resource", "owned", "amount", "text"]

@@ -5,16 +5,23 @@ committed (the JSON body is the result), 202 is accepted for async completion (a
 callback or a poll of the lookup), declared retryable statuses are retried (Retry-After
 honoured), other answers are final, and a timeout or a lost answer is UNKNOWN: the worker
 looks the effect up before it sends anything again.
+
+Hardening: the declared headers (credentials from `${ENV}`) go with every request; an
+answer over `max_response_bytes` is not read further and fails the attempt; each exchange
+has a total deadline (the attempt timeout) on top of the per-phase ones; a URL whose values
+would change the resource it names is refused before anything is sent; errors name the
+endpoint's template and the field, never a filled-in URL or a header value.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import math
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any
@@ -35,9 +42,11 @@ from .executor import (
 )
 from .sandbox import classify_exception
 from .templates import Template, TemplateError, dig
-from .wire import Answer, HttpClient
+from .wire import Answer, HttpClient, ResponseTooLarge
 
 DEFAULT_RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
+# The default of `max_response_bytes` (`HOLDLINE_HTTP_MAX_RESPONSE_BYTES` sets it per process).
+DEFAULT_MAX_RESPONSE_BYTES = 1 << 20
 _TOLERANCE_S = 300.0
 
 
@@ -93,6 +102,10 @@ class HttpSpec:
     states: States = States()
     id_field: str = "id"
     callbacks: Callbacks | None = None
+    # Longest answer read; a longer one fails the attempt (or the lookup).
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+    # Sent with every request (credentials, read from the environment at start).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def retry_after_s(value: str | None, *, now: float) -> float | None:
@@ -140,6 +153,25 @@ class HttpExecutor:
             "result": dict(result or {}),
         }
 
+    async def _send(
+        self, endpoint: Endpoint, url: str, *, timeout_s: float, **kwargs: Any
+    ) -> Answer:
+        """One exchange with the declared headers, the size cap and a total deadline."""
+        headers = {**dict(self._spec.headers), **kwargs.pop("headers", {})}
+        try:
+            async with asyncio.timeout(timeout_s):
+                return await self._client.request(
+                    endpoint.method, url, timeout_s=timeout_s, headers=headers,
+                    max_bytes=self._spec.max_response_bytes, **kwargs,
+                )
+        except TimeoutError:
+            # The whole exchange took too long (a slow drip, say): it may have landed.
+            raise httpx.ReadTimeout(f"no whole answer within {timeout_s} s") from None
+
+    def _scrubbed(self, endpoint: Endpoint, exc: Exception) -> str:
+        # A transport error's text may carry the filled-in URL: name the template instead.
+        return f"{type(exc).__name__} on {endpoint.method} {endpoint.url.text}"
+
     def _ref(self, body: dict[str, Any]) -> str | None:
         ref = dig(body, self._spec.id_field)
         return None if ref is None or isinstance(ref, dict | list) else str(ref)
@@ -181,7 +213,11 @@ class HttpExecutor:
         """One attempt: the arguments as the JSON body (query for GET), key in the header."""
         endpoint = self._spec.execute
         values = self._values(call, None)
-        url = endpoint.url.render(values, url=True)
+        try:
+            url = endpoint.url.render(values, url=True)
+        except TemplateError as exc:
+            # Final, and nothing was sent: the same arguments would be refused again.
+            return AttemptResult("business_error", detail=f"refused before sending: {exc}")
         headers = {}
         if endpoint.idempotency_header:
             headers[endpoint.idempotency_header] = call.idempotency_key
@@ -190,15 +226,22 @@ class HttpExecutor:
         try:
             if endpoint.method == "GET":
                 params = {k: str(v) for k, v in body.items() if k not in endpoint.url.fields}
-                response = await self._client.request(
-                    "GET", url, params=params, headers=headers, timeout_s=timeout_s
+                response = await self._send(
+                    endpoint, url, params=params, headers=headers, timeout_s=timeout_s
                 )
             else:
-                response = await self._client.request(
-                    endpoint.method, url, json=body, headers=headers, timeout_s=timeout_s
+                response = await self._send(
+                    endpoint, url, json=body, headers=headers, timeout_s=timeout_s
                 )
+        except ResponseTooLarge as exc:
+            return AttemptResult(
+                "business_error",
+                detail=f"answer larger than max_response_bytes ({exc.max_bytes}), not read",
+                duration_ms=(time.perf_counter() - started) * 1000,
+            )
         except httpx.HTTPError as exc:
-            return classify_exception(exc, (time.perf_counter() - started) * 1000)
+            result = classify_exception(exc, (time.perf_counter() - started) * 1000)
+            return replace(result, detail=self._scrubbed(endpoint, exc))
         return self.classify(response, (time.perf_counter() - started) * 1000)
 
     async def lookup(self, call: OperationCall, *, timeout_s: float) -> Lookup:
@@ -206,11 +249,15 @@ class HttpExecutor:
         endpoint = self._spec.lookup
         if endpoint is None:
             return Lookup("error", detail="no http.lookup declared")
-        url = endpoint.url.render(self._values(call, call.result), url=True)
         try:
-            response = await self._client.request(endpoint.method, url, timeout_s=timeout_s)
+            url = endpoint.url.render(self._values(call, call.result), url=True)
+            response = await self._send(endpoint, url, timeout_s=timeout_s)
+        except TemplateError as exc:
+            return Lookup("error", detail=f"lookup URL: {exc}")
+        except ResponseTooLarge as exc:
+            return Lookup("error", detail=f"lookup answer larger than {exc.max_bytes} bytes")
         except httpx.HTTPError as exc:
-            return Lookup("error", detail=repr(exc))
+            return Lookup("error", detail=self._scrubbed(endpoint, exc))
         if response.status_code == 404:
             return Lookup("absent")
         if response.status_code != 200:
@@ -238,11 +285,9 @@ class HttpExecutor:
         if endpoint.idempotency_header:
             headers[endpoint.idempotency_header] = f"{call.idempotency_key}:cancel"
         try:
-            response = await self._client.request(
-                endpoint.method, url, headers=headers, timeout_s=timeout_s
-            )
+            response = await self._send(endpoint, url, headers=headers, timeout_s=timeout_s)
         except httpx.HTTPError as exc:
-            return Lookup("error", detail=repr(exc))
+            return Lookup("error", detail=self._scrubbed(endpoint, exc))
         if 200 <= response.status_code < 300:
             return Lookup("cancelled", result=_json(response), provider_ref=found.provider_ref)
         # Refused (committed meanwhile, say): the system of record says what it holds.

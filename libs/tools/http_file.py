@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .checks import DeclarationError, argument_types, problems
 from .declaration import ROLES, BusinessLimits, Limits, ToolDeclaration
 from .file_entry import FileEntry, read_table, read_typed
-from .http import HttpExecutor
+from .http import DEFAULT_MAX_RESPONSE_BYTES, HttpExecutor
 from .http_table import http_spec
 from .json_schema import SchemaError, struct_of_schema
 from .templates import Template, TemplateError
@@ -148,7 +148,12 @@ def _arguments(
 
 
 def parse_entry(
-    path: Path, index: int, raw: Any, client: HttpClient | None
+    path: Path,
+    index: int,
+    raw: Any,
+    client: HttpClient | None,
+    *,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
 ) -> tuple[ToolDeclaration, HttpExecutor | None]:
     """One `[[tools]]` entry → its declaration (and executor when a client is given)."""
     entry = FileEntry(path, index, raw if isinstance(raw, dict) else {})
@@ -180,7 +185,7 @@ def parse_entry(
         raise entry.error("agents", "must be a list of agent names")
     label = _template_fn(entry, raw, "label", names, result=False)
     closing = _template_fn(entry, raw, "closing", names, result=True)
-    http = http_spec(entry, raw.get("http"), names, raw)
+    http = http_spec(entry, raw.get("http"), names, raw, max_response_bytes=max_response_bytes)
     owned = raw.get("owned_values", [])
     if not isinstance(owned, list) or not all(isinstance(o, str) for o in owned):
         raise entry.error("owned_values", "must be a list of strings")
@@ -227,8 +232,15 @@ def parse_entry(
     return declaration, HttpExecutor(http, client) if client is not None else None
 
 
-def load_tools_file(path: str, registry: ToolRegistry, client: HttpClient | None) -> None:
-    """Read, check and register every tool of the file; raise naming the first problem."""
+def load_tools_file(
+    path: str,
+    registry: ToolRegistry,
+    client: HttpClient | None,
+    *,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> None:
+    """Read, check and register every tool of the file; raise naming the first problem.
+    `max_response_bytes`: the cap of a tool that declares none."""
     file = Path(path)
     try:
         data = tomllib.loads(file.read_text(encoding="utf-8"))
@@ -243,7 +255,9 @@ def load_tools_file(path: str, registry: ToolRegistry, client: HttpClient | None
     if not isinstance(tools, list) or not tools:
         raise DeclarationError(f"{file}: no [[tools]] entries")
     for index, raw in enumerate(tools):
-        declaration, executor = parse_entry(file, index, raw, client)
+        declaration, executor = parse_entry(
+            file, index, raw, client, max_response_bytes=max_response_bytes
+        )
         try:
             registry.declare(declaration, origin=f"{file}: tools[{index}]")
         except DeclarationError as exc:

@@ -12,12 +12,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from .file_entry import FileEntry, read_table, read_typed, with_env
-from .http import DEFAULT_RETRYABLE, Callbacks, Endpoint, HttpSpec, States
+from .http import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    DEFAULT_RETRYABLE,
+    Callbacks,
+    Endpoint,
+    HttpSpec,
+    States,
+)
 from .templates import Template, TemplateError
 
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 _HEADER = re.compile(r"^[A-Za-z0-9-]{1,64}$")
-_HTTP = frozenset({"execute", "lookup", "cancel", "retryable", "id_field", "status", "callback"})
+_HTTP = frozenset(
+    {
+        "execute", "lookup", "cancel", "retryable", "id_field", "status", "callback",
+        "max_response_bytes", "headers",
+    }
+)
 _STATUS = frozenset({"field", "pending", "failed", "cancelled"})
 _CALLBACK = frozenset(
     {"secret_env", "signature_header", "timestamp_header", "key_field", "result_field"}
@@ -43,6 +55,14 @@ def _endpoint(
         raise entry.error(f"{field}.url", str(exc)) from None
     if not template.text.startswith(("http://", "https://")):
         raise entry.error(f"{field}.url", "must be an absolute http:// or https:// URL")
+    in_origin = template.origin_fields()
+    if in_origin:
+        # A value chosen by the model must not choose where the request (and its
+        # credentials) goes: fields fill the path and the query only.
+        raise entry.error(
+            f"{field}.url",
+            f"{{{in_origin[0]}}} is in the scheme or host; fields may fill the path and query only",
+        )
     unknown = template.unknown(allowed, result=field.endswith("cancel"))
     if unknown:
         raise entry.error(f"{field}.url", f"{{{unknown[0]}}} is not an argument of the tool")
@@ -63,7 +83,32 @@ def _strings(
     return frozenset(v.lower() for v in value)
 
 
-def http_spec(entry: FileEntry, raw: Any, arguments: set[str], decl: Mapping[str, Any]) -> HttpSpec:
+def _headers(entry: FileEntry, raw: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(raw, dict):
+        raise entry.error("http.headers", "must be a table of header names to values")
+    headers = []
+    for name, value in raw.items():
+        if not _HEADER.match(name):
+            raise entry.error(f"http.headers.{name}", "not a header name")
+        if not isinstance(value, str):
+            raise entry.error(f"http.headers.{name}", "must be a string")
+        filled = with_env(entry, f"http.headers.{name}", value)
+        if any(c in filled for c in "\r\n\x00"):
+            # Named, not shown: the value is likely a credential.
+            raise entry.error(f"http.headers.{name}", "its value holds a line break")
+        headers.append((name, filled))
+    return tuple(headers)
+
+
+def http_spec(
+    entry: FileEntry,
+    raw: Any,
+    arguments: set[str],
+    decl: Mapping[str, Any],
+    *,
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+) -> HttpSpec:
+    """The `[tools.http]` table; `max_response_bytes` is the process's default cap."""
     if raw is None:
         raise entry.error("http", "required: [tools.http] with execute and lookup")
     table = read_table(entry, raw, "http", _HTTP)
@@ -132,4 +177,13 @@ def http_spec(entry: FileEntry, raw: Any, arguments: set[str], decl: Mapping[str
         states=states,
         id_field=read_typed(entry, table, "id_field", str, "id"),
         callbacks=callbacks,
+        max_response_bytes=_max_bytes(entry, table, max_response_bytes),
+        headers=_headers(entry, table.get("headers", {})),
     )
+
+
+def _max_bytes(entry: FileEntry, table: Mapping[str, Any], default: int) -> int:
+    value = read_typed(entry, table, "max_response_bytes", int, default)
+    if value < 1:
+        raise entry.error("http.max_response_bytes", "must be 1 or more")
+    return int(value)

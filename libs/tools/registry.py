@@ -180,16 +180,16 @@ _NO_TOOLS = ToolSettings()
 def default_registry(
     client: HttpClient | None = None, settings: ToolSettings = _NO_TOOLS
 ) -> ToolRegistry:
-    """Demo tools, `settings.modules` (HOLDLINE_TOOL_MODULES) and `settings.tools_file`
-    (HOLDLINE_TOOLS_FILE), checked together.
+    """Demo tools (HOLDLINE_DEMO, on by default), `settings.modules` (HOLDLINE_TOOL_MODULES)
+    and `settings.tools_file` (HOLDLINE_TOOLS_FILE), checked together.
 
     With a client (the worker), executors are registered too and every tool must have one.
     Raises DeclarationError, naming what to fix, when anything is wrong.
     """
     registry = ToolRegistry()
-    for declaration in DEMO_TOOLS:
+    for declaration in DEMO_TOOLS if settings.demo else ():
         registry.declare(declaration)
-    if client is not None:
+    if client is not None and settings.demo:
         twice, secret = settings.callback_twice, settings.callback_secret
         for name, route in ROUTES.items():
             registry.register_executor(
@@ -199,7 +199,10 @@ def default_registry(
             )
     registry.load_modules(list(settings.modules))
     if settings.tools_file:
-        load_tools_file(settings.tools_file, registry, client)
+        load_tools_file(
+            settings.tools_file, registry, client,
+            max_response_bytes=settings.http_max_response_bytes,
+        )
     registry.check_links()
     registry.check_agents()
     if client is not None:

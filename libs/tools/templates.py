@@ -3,6 +3,10 @@
 A field is an argument name, `idempotency_key`, or `result.<path>` into the result JSON.
 `{{` and `}}` stand for literal braces. Fields are parsed once, so a template naming a field
 that cannot exist is refused at start, not when the first operation renders it.
+
+In a URL, fields may fill the path and the query only (`origin_fields` finds the others), and
+a value that would change which resource is named (`.`, `..`, a `/` in the path) is refused
+when rendering. Errors name the field, never its value.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from urllib.parse import quote
 _FIELD = re.compile(r"\{([^{}]*)\}")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z0-9_-]+)*$")
 _OPEN, _CLOSE = "\x00", "\x01"
+# Scheme and authority of an absolute URL: where no field may stand.
+_ORIGIN = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://[^/?#]*")
+_DOT_SEGMENTS = frozenset({".", ".."})
 
 
 class TemplateError(ValueError):
@@ -42,13 +49,28 @@ class Template:
             f for f in self.fields if f not in allowed and not (result and f.startswith("result."))
         ]
 
+    def origin_fields(self) -> list[str]:
+        """Fields in the scheme or host of a URL template (none may be there)."""
+        origin = _ORIGIN.match(self._escaped)
+        head = origin[0] if origin else self._escaped.split("/", 1)[0]
+        return _FIELD.findall(head)
+
     def render(self, values: Mapping[str, Any], *, url: bool = False) -> str:
-        """The text with every field filled in (percent-encoded when `url`)."""
+        """The text with every field filled in (percent-encoded when `url`, where a dot
+        segment, or a `/` in the path, is a TemplateError naming the field)."""
+        query_at = self._escaped.find("?")
 
         def fill(match: re.Match[str]) -> str:
             value = _resolve(values, match[1])
             text = str(value)
-            return quote(text, safe="") if url else text
+            if not url:
+                return text
+            if text in _DOT_SEGMENTS:
+                raise TemplateError(f"the value of {{{match[1]}}} is a dot segment")
+            in_path = query_at < 0 or match.start() < query_at
+            if in_path and ("/" in text or "\\" in text):
+                raise TemplateError(f"the value of {{{match[1]}}} holds a '/' (it fills the path)")
+            return quote(text, safe="")
 
         rendered = _FIELD.sub(fill, self._escaped)
         return rendered.replace(_OPEN, "{").replace(_CLOSE, "}")

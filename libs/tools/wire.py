@@ -33,6 +33,14 @@ class StatusError(httpx.HTTPError):
     """An answer `raise_for_status` refused (4xx or 5xx)."""
 
 
+class ResponseTooLarge(httpx.HTTPError):
+    """An answer longer than the request's `max_bytes`: it was not read further."""
+
+    def __init__(self, max_bytes: int) -> None:
+        super().__init__(f"the answer is larger than {max_bytes} bytes")
+        self.max_bytes = max_bytes
+
+
 class Answer:
     """A system of record's answer, read whole."""
 
@@ -74,9 +82,11 @@ class HttpClient(Protocol):
         json: Any = None,
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
+        max_bytes: int | None = None,
     ) -> Answer:
         """Send one request (a relative `url` joins the client's base URL) and read the
-        answer whole; a non-2xx answer is returned, a failure raised as httpx's."""
+        answer whole; a non-2xx answer is returned, a failure raised as httpx's, and an
+        answer over `max_bytes` is `ResponseTooLarge`."""
         ...
 
     async def aclose(self) -> None:
@@ -128,8 +138,10 @@ class AiohttpClient:
         json: Any = None,
         params: Mapping[str, str] | None = None,
         headers: Mapping[str, str] | None = None,
+        max_bytes: int | None = None,
     ) -> Answer:
-        """Send one request and read its answer whole; failures raised as httpx's."""
+        """Send one request and read its answer whole (at most `max_bytes`); failures
+        raised as httpx's."""
         session = self._open()
         body: bytes | None = None
         sent = dict(headers or {})
@@ -149,7 +161,7 @@ class AiohttpClient:
                 allow_redirects=False,
                 timeout=_timeout(timeout_s),
             ) as answer:
-                content = await answer.read()
+                content = await (answer.read() if max_bytes is None else _read(answer, max_bytes))
                 return Answer(answer.status, answer.headers, content, answer.reason or "")
         except aiohttp.ConnectionTimeoutError as exc:
             # Before TimeoutError: aiohttp's connect timeout is a TimeoutError too.
@@ -172,6 +184,20 @@ class AiohttpClient:
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+
+
+async def _read(answer: aiohttp.ClientResponse, max_bytes: int) -> bytes:
+    """The body, refused as soon as it is known to exceed `max_bytes` (declared or read)."""
+    if answer.content_length is not None and answer.content_length > max_bytes:
+        raise ResponseTooLarge(max_bytes)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in answer.content.iter_chunked(64 * 1024):
+        size += len(chunk)
+        if size > max_bytes:
+            raise ResponseTooLarge(max_bytes)
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 def _timeout(seconds: float) -> aiohttp.ClientTimeout:

@@ -14,7 +14,8 @@
 - `HOLDLINE_TURN_TIMEOUT_S` (30): an open turn older than this was abandoned by a crash, and
   so was a `client_turn_id` or `tool_call_id` claim still pending after it (a repeat takes it)
 - `HOLDLINE_TURN_WAIT_S` (10): how long a turn waits for the session's previous turn
-- `HOLDLINE_DEMO` (1): serve the demo's fault-injection proxy (`/v1/demo/faults`)
+- `HOLDLINE_DEMO` (1): serve the demo's fault-injection proxy (`/v1/demo/faults`); it also
+  decides whether the demo's tools exist (`ToolSettings.demo`)
 - `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): where that proxy sends faults
 - `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`)
 - `HOLDLINE_LANGUAGE` (`en`): the default language of turns

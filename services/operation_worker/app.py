@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
 
-from libs import metrics, tracing
+from libs import callback_secret, metrics, tracing
 from libs.bus import ConnectedEventStore
 from libs.clock import RANDOM_IDS, SYSTEM_CLOCK
 from libs.consumers import Bound, Consumers
@@ -14,7 +16,7 @@ from libs.json_response import JSONResponse
 from libs.problems import install_problem_handlers, problem
 from libs.roles import published_contexts
 from libs.service import Runtime, create_service_app
-from libs.tools import CallbackRefused, default_registry, sandbox_client
+from libs.tools import CallbackRefused, DeclarationError, default_registry, sandbox_client
 
 from .consumers import CONSUMERS, DISPATCH, PUBLICATIONS, WORK
 from .handlers import FOREIGN, Worker
@@ -26,6 +28,13 @@ _MAX_CALLBACK_BYTES = 64 * 1024
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the worker's app; consumers start with it."""
     settings = settings or Settings.from_env()
+    try:
+        secret = callback_secret.resolve(
+            settings.tools.callback_secret, settings.serve.http.host, service=SERVICE
+        )
+    except ValueError as exc:  # refused like a bad tool declaration: one line, no restart
+        raise DeclarationError(str(exc)) from None
+    settings = replace(settings, tools=replace(settings.tools, callback_secret=secret))
     # Calls to the system of record carry the operation's trace (none while tracing is off).
     client = sandbox_client(settings.tools, context=tracing.current_headers)
     # Raises DeclarationError (and the service does not start) on any bad tool declaration.

@@ -6,9 +6,12 @@ Configuration comes from the environment; see ``services.sandbox_provider.settin
 from __future__ import annotations
 
 import logging
+import os
 import socket
 
 import uvicorn
+
+from libs import callback_secret as callback_key
 
 from .app import build_app
 from .runtime import Provider
@@ -33,6 +36,12 @@ def main() -> None:
         level=settings.log_level.upper(),
         format="%(asctime)s %(levelname)s %(name)s %(message)s",
     )
+    if not os.environ.get(callback_key.ENV, "").strip():
+        logging.getLogger(__name__).warning(
+            "%s is not set: callbacks are signed with a random key of this process's own, "
+            "which no worker started separately accepts (holdline run shares one key)",
+            callback_key.ENV,
+        )
     provider = Provider(settings)
     config = uvicorn.Config(
         build_app(provider),

@@ -11,8 +11,9 @@ Environment variables (an empty value counts as unset):
     ledger and the callback outbox. Parent directories are created on start.
 ``HOLDLINE_CALLBACK_URL`` (default ``http://127.0.0.1:8091/v1/callbacks/sandbox``)
     Where async completions are POSTed. Set it to ``off`` to disable callbacks.
-``HOLDLINE_CALLBACK_SECRET`` (default ``holdline-dev-callback-secret``)
-    HMAC-SHA256 key used to sign callbacks (see ``libs.signing``).
+``HOLDLINE_CALLBACK_SECRET`` (default: random, per process)
+    HMAC-SHA256 key used to sign callbacks (see ``libs.signing``); ``holdline run`` shares one
+    random key with the worker; unset otherwise, no worker accepts the callbacks.
 ``SANDBOX_ASYNC_DELAY_MS`` (default ``500``)
     Time from a 202 answer to the async commit and its callback.
 ``SANDBOX_HANG_AFTER_COMMIT_S`` (default ``30``)
@@ -37,6 +38,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from libs import callback_secret as callback_key
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -90,8 +93,6 @@ _DEFAULT_HOST = "127.0.0.1"
 _DEFAULT_PORT = 8090
 _DEFAULT_DB = ".data/sandbox_provider.sqlite3"
 _DEFAULT_CALLBACK_URL = "http://127.0.0.1:8091/v1/callbacks/sandbox"
-# A well-known development key, not a secret: production sets HOLDLINE_CALLBACK_SECRET.
-_DEFAULT_SECRET = "holdline-dev-callback-secret"  # noqa: S105
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +109,9 @@ class Settings:
     # Where asynchronous completions are POSTed; `off` (None) disables callbacks (records
     # still commit and can be polled).
     callback_url: str | None = _DEFAULT_CALLBACK_URL
-    # HMAC-SHA256 key that signs callbacks (`libs.signing`).
-    callback_secret: bytes = _DEFAULT_SECRET.encode()
+    # HMAC-SHA256 key that signs callbacks (`libs.signing`); unset: a random one per process
+    # (no shared public default), which `holdline run` replaces with one per run.
+    callback_secret: bytes = b""
     # Time from a 202 answer to the asynchronous commit and its callback (set in ms).
     async_delay_s: float = 0.5
     # How long a `timeout_after_commit` request hangs after committing before it answers.
@@ -141,7 +143,7 @@ class Settings:
             callback_url = None
         elif not callback_url.startswith(("http://", "https://")):
             raise ValueError(f"HOLDLINE_CALLBACK_URL must be an http(s) URL, got {callback_url!r}")
-        secret = _raw(source, "HOLDLINE_CALLBACK_SECRET") or _DEFAULT_SECRET
+        secret = _raw(source, callback_key.ENV) or callback_key.generate()
         return cls(
             host=_raw(source, "SANDBOX_PROVIDER_HOST") or _DEFAULT_HOST,
             port=port,

@@ -18,7 +18,7 @@ from testkit.ops_stack import attempts, types
 from testkit.surface import eventually
 
 TICKET = {"project": "acme/billing", "title": "  Invoice PDF is blank  "}
-REFUND = {"order_id": "ana-1001", "amount": 1500, "reason": "damaged"}
+REFUND = {"order_id": "ana:1001", "amount": 1500, "reason": "damaged"}
 
 
 async def _ticket(stack: DeskStack, arguments: dict[str, object]) -> tuple[str, str]:

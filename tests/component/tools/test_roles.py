@@ -9,7 +9,7 @@ from testkit.desk import DeskFactory, DeskStack
 from testkit.ops_stack import types
 from testkit.surface import eventually
 
-PAYOUT = {"account_id": "ana-checking", "payee": "acme/bob", "amount": 2500, "memo": " rent "}
+PAYOUT = {"account_id": "ana:checking", "payee": "acme/bob", "amount": 2500, "memo": " rent "}
 
 
 async def test_roles_refuse_other_tenants_other_users_and_amounts_over_the_limit(
@@ -21,8 +21,10 @@ async def test_roles_refuse_other_tenants_other_users_and_amounts_over_the_limit
     fine = ops.turn()
     bad_calls = [
         ("send_payout", {**PAYOUT, "payee": "globex/bob"}),
-        ("send_payout", {**PAYOUT, "account_id": "bob-checking"}),
-        ("send_payout", {**PAYOUT, "account_id": "anabel-checking"}),
+        ("send_payout", {**PAYOUT, "account_id": "bob:checking"}),
+        ("send_payout", {**PAYOUT, "account_id": "anabel:checking"}),
+        # Not a whole segment: `ana-bob` could be another user's id.
+        ("send_payout", {**PAYOUT, "account_id": "ana-bob-7"}),
         ("send_payout", {**PAYOUT, "amount": 100_001}),
     ]
     # Another session of the same tenant admits at the same time and keeps flowing.
@@ -34,12 +36,13 @@ async def test_roles_refuse_other_tenants_other_users_and_amounts_over_the_limit
         ("rejected", "forbidden"),
         ("rejected", "forbidden"),
         ("rejected", "forbidden"),
+        ("rejected", "forbidden"),
         ("rejected", "over_limit"),
     ]
     assert "another tenant" in bad.outcomes[0].detail
     assert "account_id" in bad.outcomes[1].detail
-    assert "100001" in bad.outcomes[3].detail
-    assert "100000" in bad.outcomes[3].detail
+    assert "100001" in bad.outcomes[4].detail
+    assert "100000" in bad.outcomes[4].detail
     for outcome in bad.outcomes:
         state, events = await ops.operation(refused.session_id, outcome.operation_id)
         # The refusal is durable, with its reason, and nothing was ever sent.

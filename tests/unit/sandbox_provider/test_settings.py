@@ -14,7 +14,9 @@ def test_defaults_match_the_documented_contract() -> None:
     assert (settings.host, settings.port) == ("127.0.0.1", 8090)
     assert settings.db_path == Path(".data/sandbox_provider.sqlite3")
     assert settings.callback_url == "http://127.0.0.1:8091/v1/callbacks/sandbox"
-    assert settings.callback_secret == b"holdline-dev-callback-secret"
+    # No shared public key: unset, each process signs with a random one of its own.
+    assert settings.callback_secret not in (b"", b"holdline-dev-callback-secret")
+    assert Settings.from_env({}).callback_secret != settings.callback_secret
     assert settings.async_delay_s == 0.5
     assert settings.hang_after_commit_s == 30.0
     assert settings.transfers_ignore_idempotency is False
