@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import nats.errors
 
 from libs.bus import Context, Topology
 from testkit.chaos.checks import (
@@ -246,13 +247,25 @@ def now() -> datetime:
     return datetime.now(UTC)
 
 
+# How long the checks wait for a cluster that is still settling after a fault (a node woken
+# from SIGSTOP steps down and catches up; its API answers can time out meanwhile).
+_SETTLE_S = 60.0
+
+
 async def replay(cluster: Cluster, prefix: str) -> Replayed:
-    """Every stream folded from its first message, through a fresh connection."""
-    nc = await cluster.connect()
-    try:
-        return await replay_all(nc.jetstream(timeout=10), Topology(prefix))
-    finally:
-        await nc.close()
+    """Every stream folded from its first message, through a fresh connection; asked again
+    while the cluster is still settling, so the check reads the history, not the recovery."""
+    deadline = time.monotonic() + _SETTLE_S
+    while True:
+        nc = await cluster.connect()
+        try:
+            return await replay_all(nc.jetstream(timeout=10), Topology(prefix))
+        except nats.errors.TimeoutError:
+            if time.monotonic() >= deadline:
+                raise
+        finally:
+            await nc.close()
+        await asyncio.sleep(1.0)
 
 
 async def check_everything(conv: Conversations, cluster: Cluster) -> Verdict:
