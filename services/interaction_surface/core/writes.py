@@ -20,19 +20,17 @@ from libs.bus import (
     CONFLICT_RETRY,
     Aggregate,
     Appended,
-    ConcurrencyConflict,
     ConflictRetry,
     Context,
     EventStore,
     Repository,
-    TooManyConflicts,
     Topology,
+    aggregates,
 )
 from libs.clock import Clock, Ids
-from libs.domain import DeliveryState, SessionState, delivery, session
+from libs.domain import DeliveryState, SessionState, session
 from libs.domain.delivery import envelope_for as delivery_envelope
 from libs.events import (
-    DELIVERIES,
     INTERACTION,
     DeliveryEvent,
     Envelope,
@@ -101,16 +99,12 @@ class SurfaceWrites:
             label="interaction", stream=topology.stream_name(Context.INTERACTION),
             codec=INTERACTION, evolve=session.evolve,
         )
-        deliveries: Aggregate[DeliveryState, DeliveryEvent] = Aggregate(
-            label="deliveries", stream=topology.stream_name(Context.DELIVERIES),
-            codec=DELIVERIES, evolve=delivery.evolve,
-        )
         self.interaction = Repository(
             store, sessions, clock=clock, ids=ids, retry=retry,
             source=ViewSource(view, Context.INTERACTION, self._session),
         )
         self.deliveries = Repository(
-            store, deliveries, clock=clock, ids=ids, retry=retry,
+            store, aggregates.deliveries(topology), clock=clock, ids=ids, retry=retry,
             source=ViewSource(view, Context.DELIVERIES, self._delivery),
         )
 
@@ -156,11 +150,6 @@ class SurfaceWrites:
         await self.record(env, f"message-{state.delivery_id}")
 
     async def retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
-        """`attempt` again after each lost race (the view caught up first), under the one
-        policy; `TooManyConflicts` once every attempt lost."""
-        for _ in range(self.retry.attempts):
-            try:
-                return await attempt()
-            except ConcurrencyConflict:
-                await self.view.sync()
-        raise TooManyConflicts(what, self.retry.attempts)
+        """`attempt` again after each lost race (the whole view caught up first), under the
+        one policy (`Repository.retrying`); `TooManyConflicts` once every attempt lost."""
+        return await self.deliveries.retrying(what, attempt, refresh=self.view.sync)
