@@ -16,6 +16,8 @@ COPY pyproject.toml README.md ./
 COPY libs ./libs
 COPY services ./services
 COPY holdline ./holdline
+# The demo (its sandbox provider runs in the dev overlay); production runs without it.
+COPY demo ./demo
 # The runtime dependencies only (the server extra): no [dev] extra, no editable install.
 RUN /opt/holdline/bin/pip install '.[server]'
 

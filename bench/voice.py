@@ -38,10 +38,10 @@ from typing import Any, cast
 from fastapi import WebSocket
 
 from bench.common import machine, percentiles_ms
+from demo.models import MockModel
 from libs.domain import SessionState
 from libs.events import SpeechStarted
 from libs.models.interface import AdmissionNote, TurnRequest
-from libs.models.mock import MockModel
 from libs.tools import default_registry
 from services.interaction_surface.chat.conversation import tool_spec
 from services.interaction_surface.voice.call import Call, SpeechPorts

@@ -136,6 +136,16 @@ SECTIONS: tuple[Section, ...] = (
         (Reader(_CONFIG, "ModelSettings.from_env"),),
     ),
     Section(
+        "Mode",
+        "Demo mode or production, and what demo mode adds by import path (`libs/modes.py`; "
+        "see the guide, Demo and production).",
+        (
+            Reader("libs/modes.py", "demo_mode"),
+            Reader("libs/modes.py", "model_modules"),
+            Reader("libs/modes.py", "surface_routes"),
+        ),
+    ),
+    Section(
         "Tools",
         "The surface, the worker and the coordinator (`ToolSettings`, `libs/config.py`).",
         (Reader(_CONFIG, "ToolSettings.from_env"),),
@@ -182,8 +192,8 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section(
         "sandbox-provider",
-        "The demo's system of record (`Settings`, `services/sandbox_provider/settings.py`).",
-        (Reader(_service("sandbox_provider"), "Settings.from_env"),),
+        "The demo's system of record (`Settings`, `demo/sandbox_provider/settings.py`).",
+        (Reader("demo/sandbox_provider/settings.py", "Settings.from_env"),),
     ),
     Section(
         "Supervisor",
@@ -637,24 +647,28 @@ def _clean_environment() -> Iterator[None]:
 
 def _openapi_documents() -> list[tuple[str, str, dict[str, Any]]]:
     """(title, intro, document) of the surface, the worker and the sandbox provider."""
+    from demo.sandbox_provider.app import create_app as provider_app  # noqa: PLC0415
+    from demo.sandbox_provider.settings import Settings as ProviderSettings  # noqa: PLC0415
     from libs.config import BusSettings, ServeSettings  # noqa: PLC0415 - heavy imports
+    from libs.modes import DEMO_SURFACE_ROUTES  # noqa: PLC0415
     from services.interaction_surface.app import create_app as surface_app  # noqa: PLC0415
     from services.interaction_surface.settings import Settings as SurfaceSettings  # noqa: PLC0415
     from services.operation_worker.app import create_app as worker_app  # noqa: PLC0415
     from services.operation_worker.settings import Settings as WorkerSettings  # noqa: PLC0415
-    from services.sandbox_provider.app import create_app as provider_app  # noqa: PLC0415
-    from services.sandbox_provider.settings import Settings as ProviderSettings  # noqa: PLC0415
 
     with _clean_environment():
-        surface = surface_app(SurfaceSettings(bus=BusSettings(), serve=ServeSettings()))
+        # In demo mode, to document the demo's fault proxy too (`libs.modes`).
+        surface = surface_app(
+            SurfaceSettings(bus=BusSettings(), serve=ServeSettings(), routes=DEMO_SURFACE_ROUTES)
+        )
         worker = worker_app(WorkerSettings.from_env())
         provider = provider_app(ProviderSettings())
         return [
             (
                 "interaction-surface",
                 "The public API (port 8080 by default): sessions, chat turns, the Agent API, "
-                "the voice webhook and the demo's fault proxy (served only with "
-                "`HOLDLINE_DEMO` on, the default). Served as `/openapi.json`.",
+                "the voice webhook and the demo's fault proxy (`/v1/demo/faults`, served only "
+                "in demo mode). Served as `/openapi.json`.",
                 surface.openapi(),
             ),
             (

@@ -12,6 +12,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TypeVar
 
+from libs.modes import DEMO_MODEL, demo_mode
+
 N = TypeVar("N", int, float)
 
 # Lowering priority needs no privilege; raising it (a negative increment) would.
@@ -316,12 +318,11 @@ class ServeSettings:
 
 @dataclass(frozen=True, slots=True)
 class ModelSettings:
-    """Which conversation model a process uses (`libs.models.get_model`) and how the built-in
-    adapters reach theirs (an empty string: the adapter's own default)."""
+    """Which model a process uses (`libs.models.get_model`); empty strings: adapter defaults."""
 
     # HOLDLINE_MODEL: the conversation model by name (a built-in adapter or one registered);
-    # unset: `openai` when OPENAI_API_KEY is set, else `mock` (surface).
-    name: str = "mock"
+    # unset: `openai` with OPENAI_API_KEY, else `mock` in demo mode, else none (`libs.modes`).
+    name: str = ""
     # HOLDLINE_MODEL_MAX_RETRIES: retries of one model call, both HTTP adapters.
     max_retries: int = 2
     # The OpenAI Responses adapter (`openai`), OPENAI_*: its API key; set, it makes `openai`
@@ -345,12 +346,12 @@ class ModelSettings:
 
     @classmethod
     def from_env(cls, *, default_name: str | None = None) -> ModelSettings:
-        """Read the model settings; `default_name` replaces the OPENAI_API_KEY rule for
-        a process whose model defaults otherwise (the coordinator's is `mock`)."""
+        """Read the model settings; `default_name` replaces the OPENAI_API_KEY rule for a
+        process whose model defaults otherwise (the coordinator's: the demo's or none)."""
         defaults = cls()  # with slots, class attributes are descriptors, not values
         key = env_str("OPENAI_API_KEY", "")
         if default_name is None:
-            default_name = "openai" if key else "mock"
+            default_name = "openai" if key else (DEMO_MODEL if demo_mode() else "")
         return cls(
             name=env_str("HOLDLINE_MODEL", default_name),
             max_retries=env_int("HOLDLINE_MODEL_MAX_RETRIES", defaults.max_retries),
@@ -367,8 +368,7 @@ class ModelSettings:
 
 @dataclass(frozen=True, slots=True)
 class ToolSettings:
-    """Where a process's tools come from and how the demo executors reach the sandbox
-    (`libs.tools.default_registry`, `sandbox_client`)."""
+    """Where a process's tools come from (`libs.tools.default_registry`, `libs.modes`)."""
 
     # HOLDLINE_TOOL_MODULES: importable modules that declare (and may execute) tools.
     modules: tuple[str, ...] = ()
@@ -380,7 +380,7 @@ class ToolSettings:
     callback_secret: bytes = b""
     # HOLDLINE_SANDBOX_CALLBACK_TWICE: ask the sandbox to send every callback twice (tests).
     callback_twice: bool = False
-    # HOLDLINE_DEMO: the demo's tools, with their sandbox executor and its callback route.
+    # HOLDLINE_DEMO: demo mode, `libs.modes.demo_mode` (default: on when no tools are set).
     demo: bool = True
     # HOLDLINE_HTTP_MAX_RESPONSE_BYTES: longest answer a file's HTTP tool reads (default cap).
     http_max_response_bytes: int = 1 << 20
@@ -388,13 +388,13 @@ class ToolSettings:
     @classmethod
     def from_env(cls) -> ToolSettings:
         """Read the tool settings."""
-        modules = env_str("HOLDLINE_TOOL_MODULES", "").split(",")
         return cls(
-            modules=tuple(m.strip() for m in modules if m.strip()),
+            modules=tuple(m.strip() for m in env_str("HOLDLINE_TOOL_MODULES", "").split(",")
+                          if m.strip()),
             tools_file=env_str("HOLDLINE_TOOLS_FILE", ""),
             provider_url=env_str("SANDBOX_PROVIDER_URL", "http://127.0.0.1:8090"),
             callback_secret=env_str("HOLDLINE_CALLBACK_SECRET", "").encode(),
             callback_twice=env_bool("HOLDLINE_SANDBOX_CALLBACK_TWICE", default=False),
-            demo=env_bool("HOLDLINE_DEMO", default=True),
+            demo=demo_mode(),
             http_max_response_bytes=env_int("HOLDLINE_HTTP_MAX_RESPONSE_BYTES", 1 << 20),
         )

@@ -26,16 +26,15 @@ from pathlib import Path
 
 import httpx
 
-from libs import callback_secret
+from libs import callback_secret, modes
 from libs.config import env_float, env_int, env_str
 
 # A child exiting with this (sysexits' EX_CONFIG, see libs/serve.py) refused its
 # configuration: it would refuse it again, so it is not restarted and everything stops.
 EXIT_CONFIG = 78
 
-# (service package, port env prefix, default port)
+# (service package, port env prefix, default port); demo mode adds `modes.DEMO_PROCESSES`.
 SERVICES: tuple[tuple[str, str, int], ...] = (
-    ("sandbox_provider", "SANDBOX_PROVIDER", 8090),
     ("operation_worker", "OPERATION_WORKER", 8091),
     ("batch_coordinator", "BATCH_COORDINATOR", 8092),
     ("delivery_policy", "DELIVERY_POLICY", 8093),
@@ -157,6 +156,7 @@ class Supervisor:
         self.brokers: list[Child] = []
         self.broker_ports: list[int] = []
         self.exit_code = 0
+        self.demo = True
 
     def _plan_broker(self, env: dict[str, str]) -> None:
         port = env_int("NATS_PORT", 4222, self.environ)
@@ -206,18 +206,18 @@ class Supervisor:
 
     def _service(self, name: str, package: str, env: dict[str, str], prefix: str,
                  port: int) -> None:
+        # `package` is a service under services/, or a module path (the demo's processes).
+        module = package if "." in package else f"services.{package}"
         host = env_str(f"{prefix}_HOST", "127.0.0.1", self.environ)
-        self.children.append(
-            Child(
-                name=name,
-                argv=[sys.executable, "-m", f"services.{package}"],
-                env=env,
-                ready_url=f"http://{host}:{port}/readyz",
-            )
-        )
+        argv, ready = [sys.executable, "-m", module], f"http://{host}:{port}/readyz"
+        self.children.append(Child(name=name, argv=argv, env=env, ready_url=ready))
 
     def plan(self) -> None:
-        """Decide every child's command line and environment."""
+        """Decide every child's command line and environment (ValueError: refused)."""
+        self.demo = modes.demo_mode(self.environ)
+        if not self.demo and not modes.user_tools_configured(self.environ):
+            raise ValueError(f"HOLDLINE_DEMO=0 and no tools are configured. {modes.NO_TOOLS_HINT}")
+        _log(modes.describe(self.environ))
         env = dict(self.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         worker_host = env_str("OPERATION_WORKER_HOST", "127.0.0.1", self.environ)
@@ -230,6 +230,8 @@ class Supervisor:
             self._plan_cluster(env)
         elif not self.environ.get("NATS_URL"):
             self._plan_broker(env)
+        for name, module, prefix, default_port in modes.DEMO_PROCESSES if self.demo else ():
+            self._service(name, module, env, prefix, env_int(f"{prefix}_PORT", default_port, env))
         for package, prefix, default_port in SERVICES:
             port = env_int(f"{prefix}_PORT", default_port, self.environ)
             name = package.replace("_", "-")
@@ -321,17 +323,15 @@ class Supervisor:
                         if (await client.get(url)).status_code == 200:
                             ready += 1
                 if ready == len(urls):
-                    surfaces = [
+                    uis = [
                         (c.ready_url or "").removesuffix("readyz")
                         for c in self.children
                         if c.name.startswith("interaction-surface")
                     ]
-                    more = "".join(f" (or {ui}, the same sessions)" for ui in surfaces[1:])
+                    more = "".join(f" (or {ui}, the same sessions)" for ui in uis[1:])
                     nodes = f" on {len(self.brokers)} broker nodes" if self.cluster else ""
-                    _log(
-                        f"all {len(urls)} services ready{nodes}. "
-                        f"Open the demo at {surfaces[0]}{more}"
-                    )
+                    what = "the demo" if self.demo else "the surface"
+                    _log(f"all {len(urls)} services ready{nodes}. Open {what} at {uis[0]}{more}")
                     return
                 await asyncio.sleep(0.2)
         _log("services did not all become ready within 120 s; see their logs above")

@@ -163,9 +163,14 @@ class Broker:
         end(self.proc, timeout_s=10)
 
 
+def service_module(package: str) -> str:
+    """The module a process runs: the demo's sandbox provider lives in the demo package."""
+    return "demo.sandbox_provider" if package == "sandbox_provider" else f"services.{package}"
+
+
 @dataclass
 class ServiceProcess:
-    """One service started as `python -m services.<package>` with its own environment."""
+    """One service started as `python -m` (`service_module`) with its own environment."""
 
     package: str
     env: dict[str, str]
@@ -183,12 +188,15 @@ class ServiceProcess:
     def start(self, *, wait_ready: bool = True, timeout_s: float = 30.0) -> None:
         """Start the process; by default wait until /readyz answers 200."""
         env = {
-            "HOLDLINE_CALLBACK_SECRET": CALLBACK_SECRET, **os.environ, **self.env,
+            # Demo mode unless the test says otherwise (`"HOLDLINE_DEMO": ""`: decided by
+            # whether tools are configured, as in a deployment).
+            "HOLDLINE_CALLBACK_SECRET": CALLBACK_SECRET, "HOLDLINE_DEMO": "1", **os.environ,
+            **self.env,
             "PYTHONUNBUFFERED": "1",
         }
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", self.module or f"services.{self.package}"],
+                [sys.executable, "-m", self.module or service_module(self.package)],
                 cwd=ROOT,
                 env=env,
                 stdout=log,

@@ -129,6 +129,8 @@ def holdline_run(
         "HOLDLINE_ROOT": str(root),
         "HOLDLINE_RESTART_BACKOFF_S": "0.2",
         "PYTHONUNBUFFERED": "1",
+        # The demo unless the test says otherwise (`"HOLDLINE_DEMO": ""` leaves it unset).
+        "HOLDLINE_DEMO": "1",
         **(env or {}),
     }
     full.pop("NATS_URL", None)

@@ -20,6 +20,9 @@ from testkit.processes import ServiceProcess, free_port
 T = TypeVar("T")
 
 COMMON_ENV = {
+    # The tests run the demo (its tools, sandbox provider and mock model) unless a test
+    # says otherwise: explicit, because tools files and modules alone would mean production.
+    "HOLDLINE_DEMO": "1",
     "HOLDLINE_ACK_WAIT_S": "2",
     "HOLDLINE_MAX_DELIVER": "5",
     "HOLDLINE_REDELIVERY_BACKOFF_S": "0.1",

@@ -5,8 +5,8 @@ They reuse the sandbox executors with declarations tuned for timing-sensitive te
 
 from __future__ import annotations
 
+from demo.tools import AccessItem, CheckAvailabilityArgs
 from libs.tools import Limits, ToolDeclaration, ToolRegistry
-from libs.tools.demo import AccessItem, CheckAvailabilityArgs
 
 
 def register(registry: ToolRegistry) -> None:

@@ -4,7 +4,7 @@
     python deploy/grafana/build.py --check   # exit 1 if a checked-in file is out of date
 
 Every panel queries only the metric families the services export (`libs/metrics.py` and
-`services/sandbox_provider/metrics.py`); `tests/deploy/test_dashboards.py` checks that, and
+`demo/sandbox_provider/metrics.py`); `tests/deploy/test_dashboards.py` checks that, and
 that the checked-in JSON is what this script writes. Edit here, run it, commit both.
 
 Each dashboard has a fixed uid, so links and bookmarks survive re-provisioning. Queries

@@ -57,6 +57,25 @@ def owns(caller: Caller, value: str, tool: ToolDeclaration) -> bool:
     return rest != value and rest[:1] in _OWNED_SEPARATORS and len(rest) > 1
 
 
+def _authorise_one(
+    name: str, role: str, value: Any, caller: Caller, tool: ToolDeclaration
+) -> Refusal | Any:
+    """One value of a role-bearing argument: refused, or as admitted (tenant stripped)."""
+    if not isinstance(value, str):
+        return value
+    match role:
+        case "resource":
+            match = _QUALIFIED.match(value.strip())
+            if match:
+                if match["tenant"] != caller.tenant_id:
+                    return "forbidden", f"{name} {value!r} belongs to another tenant"
+                return match["name"]
+        case "owned":
+            if not owns(caller, value.strip(), tool):
+                return "forbidden", f"{name} {value!r} is not one of the user's own"
+    return value
+
+
 def authorise(
     tool: ToolDeclaration, item: dict[str, Any], caller: Caller
 ) -> Refusal | dict[str, Any]:
@@ -67,19 +86,19 @@ def authorise(
     cleaned = dict(item)
     for name, role in tool.roles.items():
         value = cleaned.get(name)
-        if not isinstance(value, str):
-            # Missing or mistyped: the schema refuses it with the precise reason.
-            continue
-        match role:
-            case "resource":
-                match = _QUALIFIED.match(value.strip())
-                if match:
-                    if match["tenant"] != caller.tenant_id:
-                        return "forbidden", f"{name} {value!r} belongs to another tenant"
-                    cleaned[name] = match["name"]
-            case "owned":
-                if not owns(caller, value.strip(), tool):
-                    return "forbidden", f"{name} {value!r} is not one of the user's own"
+        # Missing, null or mistyped values are the schema's to refuse (with the precise
+        # reason); a list (several resources or values at once) is checked value by value.
+        values = value if isinstance(value, list) else [value]
+        kept: list[Any] = []
+        for one in values:
+            checked = _authorise_one(name, role, one, caller, tool)
+            if isinstance(checked, tuple):
+                return checked
+            kept.append(checked)
+        if isinstance(value, list):
+            cleaned[name] = kept
+        elif isinstance(value, str):
+            cleaned[name] = kept[0]
     if tool.authorise is not None:
         detail = tool.authorise(cleaned, caller)
         if detail:
@@ -87,14 +106,19 @@ def authorise(
     return cleaned
 
 
+def _normal(role: str, value: str) -> str:
+    return normalise_resource(value) if role == "resource" else value.strip()
+
+
 def normalise(tool: ToolDeclaration, item: dict[str, Any]) -> dict[str, Any]:
     """Canonical spelling per role and declared normaliser, so equal intents hash equally."""
     out = dict(item)
     for name, role in tool.roles.items():
         value = out.get(name)
-        if not isinstance(value, str):
-            continue
-        out[name] = normalise_resource(value) if role == "resource" else value.strip()
+        if isinstance(value, str):
+            out[name] = _normal(role, value)
+        elif isinstance(value, list):
+            out[name] = [_normal(role, v) if isinstance(v, str) else v for v in value]
     for name, normaliser in tool.normalisers.items():
         if name in out:
             out[name] = normaliser(out[name])

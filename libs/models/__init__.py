@@ -1,4 +1,4 @@
-"""Language models behind a small interface, chosen by name (`HOLDLINE_MODEL`, default mock)."""
+"""Language models behind a small interface, chosen by name (`HOLDLINE_MODEL`, see `registry`)."""
 
 from .chat_completions import ChatCompletionsModel
 from .interface import (
@@ -15,7 +15,6 @@ from .interface import (
     TurnReply,
     TurnRequest,
 )
-from .mock import MockModel
 from .openai_responses import OpenAIResponsesModel
 from .registry import (
     UnknownModel,
@@ -23,6 +22,7 @@ from .registry import (
     model_for,
     register,
 )
+from .template import NoModelConfigured, TemplateModel, explain_from_templates
 
 __all__ = [
     "AdmissionNote",
@@ -30,17 +30,19 @@ __all__ = [
     "ChatMessage",
     "ConversationModel",
     "LiveOperation",
-    "MockModel",
     "ModelError",
+    "NoModelConfigured",
     "OpenAIResponsesModel",
     "OperationOutcome",
     "PendingUpdate",
     "ProposedCall",
     "SummaryModel",
+    "TemplateModel",
     "ToolSpec",
     "TurnReply",
     "TurnRequest",
     "UnknownModel",
+    "explain_from_templates",
     "get_model",
     "model_for",
     "register",

@@ -12,7 +12,6 @@ from .declaration import (
     ToolDeclaration,
     normalise_resource,
 )
-from .demo import DEMO_TOOLS
 from .executor import (
     AttemptResult,
     CallbackRefused,
@@ -22,10 +21,9 @@ from .executor import (
     OperationCall,
 )
 from .registry import ToolRegistry, UnknownTool, default_registry, sandbox_client
-from .sandbox import SandboxExecutor, classify_exception, classify_response
+from .wire import classify_exception
 
 __all__ = [
-    "DEMO_TOOLS",
     "AgentDeclaration",
     "AgentRefusal",
     "AttemptResult",
@@ -41,13 +39,11 @@ __all__ = [
     "OperationCall",
     "OverflowPolicy",
     "Role",
-    "SandboxExecutor",
     "ToolDeclaration",
     "ToolRegistry",
     "UnknownTool",
     "agent_refusal",
     "classify_exception",
-    "classify_response",
     "default_registry",
     "normalise_resource",
     "sandbox_client",

@@ -39,8 +39,71 @@ def _names_something(info: Any) -> bool:
     return isinstance(info, msgspec.inspect.StrType | msgspec.inspect.IntType)
 
 
+def _present(info: Any) -> list[Any]:
+    """The types a value may have when it is given: a union's members but null, unwrapped."""
+    if isinstance(info, msgspec.inspect.UnionType):
+        return [_unwrap(t) for t in info.types if not isinstance(t, msgspec.inspect.NoneType)]
+    return [info]
+
+
+def _literal_of(info: Any, kind: type) -> bool:
+    return isinstance(info, msgspec.inspect.LiteralType) and all(
+        isinstance(v, kind) and not isinstance(v, bool) for v in info.values
+    )
+
+
 def _is_int(info: Any) -> bool:
-    return isinstance(info, msgspec.inspect.IntType)
+    return isinstance(info, msgspec.inspect.IntType) or _literal_of(info, int)
+
+
+def _is_str(info: Any) -> bool:
+    return isinstance(info, msgspec.inspect.StrType) or _literal_of(info, str)
+
+
+def _is_names(info: Any) -> bool:
+    """A string, or a list or set of strings (several resources or values at once)."""
+    if isinstance(info, msgspec.inspect.ListType | msgspec.inspect.SetType):
+        return _is_str(_unwrap(info.item_type))
+    return _is_str(info)
+
+
+# What each role needs of the value when one is given (null and absence are always fine:
+# admission checks what is there), and how the message says it.
+_ROLE_TYPES = {
+    "amount": (_is_int, "an integer"),
+    "resource": (_is_names, "a string or a list of strings"),
+    "owned": (_is_names, "a string or a list of strings"),
+    "text": (_is_str, "a string"),
+}
+
+
+def _describe(info: Any) -> str:
+    """A type in the words of a message: "a number", "a list of integers"."""
+    if isinstance(info, msgspec.inspect.ListType | msgspec.inspect.SetType):
+        item = _describe(_unwrap(info.item_type)).split(" ", 1)[-1]
+        return f"a list of {item}s"
+    if isinstance(info, msgspec.inspect.LiteralType):
+        return "one of " + ", ".join(repr(v) for v in info.values)
+    name = type(info).__name__.removesuffix("Type").lower()
+    words = {"int": "an integer", "str": "a string", "float": "a number", "bool": "a boolean"}
+    return words.get(name, f"a {name}")
+
+
+def role_problem(argument: str, role: str, info: Any) -> str | None:
+    """Why `argument`'s type does not fit its role, or None when it does.
+
+    Optional and nullable arguments fit (`int | None`, a JSON Schema `["integer", "null"]`,
+    a default): only the types a given value may have are checked, each of them.
+    """
+    fits, wanted = _ROLE_TYPES[role]
+    wrong = [t for t in _present(info) if not fits(t)]
+    if not wrong:
+        return None
+    what = {"amount": "an amount", "owned": "an owned value"}.get(role, f"a {role}")
+    return (
+        f"roles: {argument!r} is {what}, so the schema must make it {wanted}; "
+        f"it may be {' or '.join(_describe(t) for t in wrong)}"
+    )
 
 
 def problems(declaration: ToolDeclaration) -> list[str]:
@@ -56,8 +119,8 @@ def problems(declaration: ToolDeclaration) -> list[str]:
             found.append(f"roles: argument {argument!r} is not in the schema ({_list(fields)})")
         elif role not in ROLES:
             found.append(f"roles: {argument!r} has role {role!r}; roles are {', '.join(ROLES)}")
-        elif role == "amount" and not _is_int(fields[argument]):
-            found.append(f"roles: {argument!r} is an amount, so the schema must make it an integer")
+        elif (problem := role_problem(argument, role, fields[argument])) is not None:
+            found.append(problem)
     amounts = [a for a, r in d.roles.items() if r == "amount"]
     if len(amounts) > 1:
         found.append(f"roles: one amount argument per tool, not {', '.join(amounts)}")

@@ -40,9 +40,8 @@ from .executor import (
     bad_callback,
     bad_signature,
 )
-from .sandbox import classify_exception
 from .templates import Template, TemplateError, dig
-from .wire import Answer, HttpClient, ResponseTooLarge
+from .wire import Answer, HttpClient, ResponseTooLarge, classify_exception
 
 DEFAULT_RETRYABLE = frozenset({408, 425, 429, 500, 502, 503, 504})
 # The default of `max_response_bytes` (`HOLDLINE_HTTP_MAX_RESPONSE_BYTES` sets it per process).

@@ -232,6 +232,10 @@ def parse_entry(
     return declaration, HttpExecutor(http, client) if client is not None else None
 
 
+class NoTools(DeclarationError):
+    """A tools file that declares no tool at all."""
+
+
 def load_tools_file(
     path: str,
     registry: ToolRegistry,
@@ -253,7 +257,7 @@ def load_tools_file(
         raise DeclarationError(f"{file}: {unknown[0]}: unknown top-level field (only [[tools]])")
     tools = data.get("tools")
     if not isinstance(tools, list) or not tools:
-        raise DeclarationError(f"{file}: no [[tools]] entries")
+        raise NoTools(f"{file}: no [[tools]] entries")
     for index, raw in enumerate(tools):
         declaration, executor = parse_entry(
             file, index, raw, client, max_response_bytes=max_response_bytes

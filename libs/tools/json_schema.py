@@ -1,7 +1,9 @@
 """A JSON Schema object as a msgspec type: the arguments a tool accepts, validated by msgspec.
 
 The supported subset is the one a tool's parameters need (an object of string, integer,
-number, boolean and array properties with their bounds, `enum`, `required` and defaults);
+number, boolean and array properties with their bounds, `enum`, `required` and defaults;
+a property may be nullable, as `type = ["integer", "null"]` or `anyOf` of one schema and
+`{type = "null"}`);
 any other keyword is refused, not ignored, so a schema never promises a check that is not
 made. Where the schema comes from (a tools file, a tool server) is the caller's business:
 `SchemaError` names the offending field relative to the schema's root.
@@ -39,7 +41,7 @@ _SCALAR_KEYS = {
     },
     "boolean": {"type", "description", "default"},
 }
-_ARRAY_KEYS = {"type", "description", "items", "minItems", "maxItems"}
+_ARRAY_KEYS = {"type", "description", "default", "items", "minItems", "maxItems"}
 _OBJECT_KEYS = {"type", "properties", "required", "additionalProperties", "description"}
 _META = {
     "minLength": "min_length",
@@ -66,9 +68,40 @@ class SchemaError(ValueError):
         self.problem = problem
 
 
+_NULL = {"type": "null"}
+
+
+def _nullable(field: str, schema: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """The schema of a given value, and whether null is allowed too."""
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kinds = [k for k in kind if k != "null"]
+        if len(kinds) != 1 or len(kind) != 2:
+            raise SchemaError(f"{field}.type", 'a list of types must be one type and "null"')
+        return {**schema, "type": kinds[0]}, True
+    if "anyOf" in schema:
+        options = schema["anyOf"]
+        rest = {k: v for k, v in schema.items() if k != "anyOf"}
+        others = [o for o in options if o != _NULL] if isinstance(options, list) else []
+        if not isinstance(options, list) or len(options) != 2 or len(others) != 1:
+            raise SchemaError(
+                f"{field}.anyOf", 'only one schema and {type = "null"} are supported'
+            )
+        if not isinstance(others[0], dict) or set(rest) & set(others[0]):
+            raise SchemaError(f"{field}.anyOf", "must be a JSON Schema object, not repeated")
+        return {**rest, **others[0]}, True
+    return schema, False
+
+
 def _property(field: str, schema: Any) -> Any:
     if not isinstance(schema, dict):
         raise SchemaError(field, "must be a JSON Schema object")
+    schema, nullable = _nullable(field, schema)
+    kind = _value_type(field, schema)
+    return kind | None if nullable else kind
+
+
+def _value_type(field: str, schema: dict[str, Any]) -> Any:
     kind = schema.get("type")
     if kind == "array":
         unknown = sorted(set(schema) - _ARRAY_KEYS)
@@ -140,7 +173,11 @@ def struct_of_schema(name: str, schema: Any) -> type[Any]:
                 msgspec.convert(default, kind)
             except msgspec.ValidationError as exc:
                 raise SchemaError(f"{where}.default", str(exc)) from None
-            fields.append((arg, kind, msgspec.field(default=default)))
+            if isinstance(default, list):
+                # A list default is copied for each call, never shared.
+                fields.append((arg, kind, msgspec.field(default_factory=default.copy)))
+            else:
+                fields.append((arg, kind, msgspec.field(default=default)))
         else:
             fields.append((arg, kind | None, None))
     return msgspec.defstruct(

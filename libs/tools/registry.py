@@ -13,15 +13,14 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from libs.config import ToolSettings
+from libs.modes import DEMO_TOOL_MODULES, NO_TOOLS_HINT
 
 from .agents import AgentDeclaration
 from .checks import DeclarationError, check
 from .declaration import ToolDeclaration
-from .demo import DEMO_TOOLS
 from .executor import Executor
-from .http_file import load_tools_file
+from .http_file import NoTools, load_tools_file
 from .labels import label_of
-from .sandbox import CALLBACK_ROUTE, ROUTES, SandboxExecutor
 from .wire import AiohttpClient, HttpClient
 
 
@@ -32,7 +31,13 @@ class UnknownTool(KeyError):
 class ToolRegistry:
     """Declarations and executors, looked up by name; callbacks routed by executor name."""
 
-    def __init__(self) -> None:
+    def __init__(
+        self, client: HttpClient | None = None, settings: ToolSettings | None = None
+    ) -> None:
+        # What a module's `register(registry)` builds its executors with: the worker's
+        # shared HTTP client (None where nothing is executed) and the tool settings.
+        self.client = client
+        self.settings = settings or ToolSettings()
         self._tools: dict[str, ToolDeclaration] = {}
         self._origins: dict[str, str] = {}
         self._executors: dict[str, Executor] = {}
@@ -180,29 +185,26 @@ _NO_TOOLS = ToolSettings()
 def default_registry(
     client: HttpClient | None = None, settings: ToolSettings = _NO_TOOLS
 ) -> ToolRegistry:
-    """Demo tools (HOLDLINE_DEMO, on by default), `settings.modules` (HOLDLINE_TOOL_MODULES)
-    and `settings.tools_file` (HOLDLINE_TOOLS_FILE), checked together.
+    """The demo's tool modules in demo mode (`settings.demo`, see `libs.modes`), then
+    `settings.modules` (HOLDLINE_TOOL_MODULES) and `settings.tools_file` (HOLDLINE_TOOLS_FILE),
+    checked together.
 
     With a client (the worker), executors are registered too and every tool must have one.
-    Raises DeclarationError, naming what to fix, when anything is wrong.
+    Raises DeclarationError, naming what to fix, when anything is wrong, and when production
+    mode ends with no tool at all (saying how to start the demo instead).
     """
-    registry = ToolRegistry()
-    for declaration in DEMO_TOOLS if settings.demo else ():
-        registry.declare(declaration)
-    if client is not None and settings.demo:
-        twice, secret = settings.callback_twice, settings.callback_secret
-        for name, route in ROUTES.items():
-            registry.register_executor(
-                name,
-                SandboxExecutor(route, client, callback_twice=twice, callback_secret=secret),
-                callback_route=CALLBACK_ROUTE,
-            )
-    registry.load_modules(list(settings.modules))
+    registry = ToolRegistry(client, settings)
+    registry.load_modules([*(DEMO_TOOL_MODULES if settings.demo else ()), *settings.modules])
     if settings.tools_file:
-        load_tools_file(
-            settings.tools_file, registry, client,
-            max_response_bytes=settings.http_max_response_bytes,
-        )
+        try:
+            load_tools_file(
+                settings.tools_file, registry, client,
+                max_response_bytes=settings.http_max_response_bytes,
+            )
+        except NoTools as exc:
+            raise NoTools(str(exc) if settings.demo else f"{exc}. {NO_TOOLS_HINT}") from None
+    if not settings.demo and not registry.tools():
+        raise DeclarationError(f"no tools are configured. {NO_TOOLS_HINT}")
     registry.check_links()
     registry.check_agents()
     if client is not None:
@@ -214,5 +216,6 @@ def sandbox_client(
     settings: ToolSettings = _NO_TOOLS, *, context: Callable[[], Mapping[str, str]] | None = None
 ) -> AiohttpClient:
     """The HTTP client executors share (one connection pool of up to 200 connections per
-    process); `context` gives headers every request carries (the trace context)."""
+    process; relative URLs go to `SANDBOX_PROVIDER_URL`, the demo's system of record);
+    `context` gives headers every request carries (the trace context)."""
     return AiohttpClient(settings.provider_url, limit=200, context=context)

@@ -8,7 +8,7 @@ on top of the wire itself, about as much as everything else a call costs
 (docs/journal/2026-12-06-executors-own-http-client.md).
 
 Failures are raised as httpx's exception types, a taxonomy the executors already classify
-by (`sandbox.classify_exception`): waiting for a connection or connecting too long is
+by (`classify_exception`): waiting for a connection or connecting too long is
 `ConnectTimeout`, a refused connection `ConnectError`, silence after the request left
 `ReadTimeout`, a connection broken mid-exchange `ReadError`. Whether the request may have
 reached the system of record is what tells them apart.
@@ -23,6 +23,8 @@ import aiohttp
 import httpx
 import msgspec
 from yarl import URL
+
+from .executor import AttemptResult
 
 # Below uvicorn's default keep-alive (5 s), so an idle connection is dropped here before the
 # server closes it under a request being sent.
@@ -208,3 +210,18 @@ def _timeout(seconds: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(
         total=None, connect=seconds, sock_connect=seconds, sock_read=seconds
     )
+
+
+def classify_exception(exc: Exception, elapsed_ms: float) -> AttemptResult:
+    """Whether a transport failure happened before the request left, or after."""
+    match exc:
+        case httpx.ConnectTimeout() | httpx.PoolTimeout():
+            return AttemptResult("timeout_before_send", detail=repr(exc), duration_ms=elapsed_ms)
+        case httpx.ConnectError():
+            return AttemptResult("connect_error", detail=repr(exc), duration_ms=elapsed_ms)
+        case httpx.TimeoutException():
+            # Read or write timeout: the mutation may have reached the system of record.
+            return AttemptResult("timeout_after_send", detail=repr(exc), duration_ms=elapsed_ms)
+        case _:
+            # The connection broke mid-exchange: same ambiguity as a timeout after send.
+            return AttemptResult("timeout_after_send", detail=repr(exc), duration_ms=elapsed_ms)

@@ -45,7 +45,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     coordinator = Coordinator(
         runtime,
         settings,
-        model_for(settings.model),
+        model_for(settings.model, settings.model_modules),
         registry=default_registry(settings=settings.tools),
     )
     # One durable consumer per partition; each sees every message and works only on its own.

@@ -62,7 +62,7 @@ from libs.events import (
     OperationProgress,
 )
 from libs.metrics import COMPLETE_TO_DELIVERY_READY, DUPLICATE_DELIVERIES
-from libs.models import MockModel, OperationOutcome, SummaryModel
+from libs.models import OperationOutcome, SummaryModel, explain_from_templates
 from libs.service import Runtime
 from libs.tools import ToolDeclaration, ToolRegistry
 
@@ -301,9 +301,9 @@ class Coordinator:
         try:
             return await self._model.explain_failures(outcomes, language=language)
         except Exception:
-            # A closing must not hang on a model outage: the mock's words are always true.
-            log.exception("model %s failed; using the deterministic explanation", self._model.name)
-            return await MockModel().explain_failures(outcomes, language=language)
+            # A closing must not hang on a model outage: the templates' words are always true.
+            log.exception("model %s failed; using the template explanation", self._model.name)
+            return explain_from_templates(outcomes, language=language)
 
     async def _progress(self, env: Envelope[OperationEvent], batch_id: str) -> None:
         event = env.event

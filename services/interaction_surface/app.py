@@ -14,7 +14,6 @@ picture.
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,7 +49,7 @@ from .chat.routes import BODIES, add_chat_routes
 from .chat.turns import Turns
 from .consumers import CONSUMERS, PUBLICATIONS, SERVICE
 from .consumers import DELIVERIES as DELIVERIES_CONSUMER
-from .core.demo import add_demo_routes
+from .core.extra_routes import add_extra_routes
 from .core.http import install
 from .core.surface import Started, Surface
 from .core.view import SurfaceView
@@ -74,9 +73,7 @@ def conversation_model(
 
     Those modules register extra models (a user's own adapter) with `libs.models.register`.
     """
-    for name in modules:
-        importlib.import_module(name)
-    return model_for(settings or ModelSettings())
+    return model_for(settings or ModelSettings(), modules)
 
 
 def start_parts(
@@ -227,8 +224,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # proxy, the Agent API, then voice. Each is added to the app's own router, not included:
     # FastAPI walks included routers (and sums their route versions) on every request.
     add_chat_routes(app.router, surface)
-    if settings.demo:
-        add_demo_routes(app.router, surface)
+    add_extra_routes(app.router, surface, settings.routes)
     add_agent_routes(app.router, agent_api)
     add_agent_socket(app.router, agent_api)
     telephony = install_voice(

@@ -14,10 +14,12 @@
 - `HOLDLINE_TURN_TIMEOUT_S` (30): an open turn older than this was abandoned by a crash, and
   so was a `client_turn_id` or `tool_call_id` claim still pending after it (a repeat takes it)
 - `HOLDLINE_TURN_WAIT_S` (10): how long a turn waits for the session's previous turn
-- `HOLDLINE_DEMO` (1): serve the demo's fault-injection proxy (`/v1/demo/faults`); it also
-  decides whether the demo's tools exist (`ToolSettings.demo`)
-- `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): where that proxy sends faults
-- `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`)
+- `HOLDLINE_DEMO` (unset: on when no tools are configured, `libs.modes`): demo mode adds
+  the demo's routes (its fault-injection proxy, `/v1/demo/faults`), tools and mock model
+- `HOLDLINE_SURFACE_ROUTES` `module:function,...` (empty): extra route installers, each
+  called as `function(router, surface)` (demo mode adds the demo's first)
+- `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): where the demo's fault proxy sends faults
+- `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: your tools (`ToolSettings`)
 - `HOLDLINE_LANGUAGE` (`en`): the default language of turns
 - `HOLDLINE_TOKEN_TTL_S` (86400): a session token is refused (401) this long after the
   session was opened (`session.opened`'s `occurred_at` is the issue time); 0 = never
@@ -25,7 +27,7 @@
   (`1000/100`): token buckets for session writes (turns, activity, handoff) per session
   and per tenant; beyond them 429 problem+json with `Retry-After`; `0` disables one
 - `HOLDLINE_MODEL_MODULES` `module,...` (empty): imported before the model is chosen, so
-  they can register models of their own (`libs.models.register`)
+  they can register models of their own (`libs.models.register`); demo mode adds the demo's
 - `HOLDLINE_MODEL` and its adapters' `OPENAI_*`, `HOLDLINE_MODEL_*`: `ModelSettings.from_env`
 - `HOLDLINE_TURN_PHASES` (off; any value but `0` turns it on): time each phase of a turn
   into `holdline_turn_phase_seconds`
@@ -50,6 +52,7 @@ from libs.config import (
     env_int,
     env_str,
 )
+from libs.modes import model_modules, surface_routes
 
 from .voice.settings import VoiceSettings
 
@@ -194,8 +197,9 @@ class Settings:
     turn_timeout_s: float = 30.0
     # How long a turn waits for the session's previous turn.
     turn_wait_s: float = 10.0
-    # Serve the demo's fault-injection proxy (`/v1/demo/faults`).
-    demo: bool = True
+    # `module:function,...`: extra routes, each installed as `function(router, surface)`; demo
+    # mode adds the demo's (`libs.modes.surface_routes`).
+    routes: tuple[str, ...] = ()
     provider_url: str = "http://127.0.0.1:8090"
     # The default language of turns.
     language: str = "en"
@@ -207,7 +211,7 @@ class Settings:
     # `burst/per_second`: the same per tenant; `0` disables it.
     rate_tenant: tuple[float, float] = (1000.0, 100.0)
     # `module,...`: imported before the model is chosen, so they can register models of their own
-    # (`libs.models.register`).
+    # (`libs.models.register`); demo mode adds the demo's (`libs.modes.model_modules`).
     model_modules: tuple[str, ...] = ()
     # Any value but `0` times each phase of a turn into `holdline_turn_phase_seconds`.
     turn_phases: bool = False
@@ -254,15 +258,13 @@ class Settings:
             model_timeout_s=env_float("HOLDLINE_MODEL_TIMEOUT_S", 8.0),
             turn_timeout_s=env_float("HOLDLINE_TURN_TIMEOUT_S", 30.0),
             turn_wait_s=env_float("HOLDLINE_TURN_WAIT_S", 10.0),
-            demo=env_bool("HOLDLINE_DEMO", default=True),
+            routes=surface_routes(),
             provider_url=tools.provider_url,
             language=env_str("HOLDLINE_LANGUAGE", "en"),
             token_ttl_s=env_float("HOLDLINE_TOKEN_TTL_S", 86400.0),
             rate_session=_rate("HOLDLINE_RATE_SESSION", "30/5"),
             rate_tenant=_rate("HOLDLINE_RATE_TENANT", "1000/100"),
-            model_modules=tuple(
-                n.strip() for n in env_str("HOLDLINE_MODEL_MODULES", "").split(",") if n.strip()
-            ),
+            model_modules=model_modules(),
             turn_phases=env_str("HOLDLINE_TURN_PHASES", "") not in ("", "0"),
             model=ModelSettings.from_env(),
             tools=tools,

@@ -27,6 +27,7 @@ from libs.bus import Context
 from libs.domain import SessionState
 from libs.events import AgentHandedOff, SessionClosed, SessionOpened, UserActivity
 from libs.json_response import JSONResponse
+from libs.models.template import NO_MODEL_HINT
 from libs.problems import problem
 
 from ..auth import hash_token, new_token
@@ -130,7 +131,7 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
 
     @router.post(
         "/v1/sessions/{session_id}/turns",
-        responses=documented_problems(400, 401, 404, 409, 413, 422, 429),
+        responses=documented_problems(400, 401, 404, 409, 413, 422, 429, 503),
     )
     async def turn(session_id: str, request: Request) -> Response:
         with metrics.turn_phase("route"):
@@ -152,6 +153,8 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
             raise ProblemError(409, "Conflict", "the session is closed", slug="session-closed")
         surface.limit(state)
         assert surface.turns is not None
+        if not surface.turns.has_model:
+            raise ProblemError(503, "No model configured", NO_MODEL_HINT, slug="no-model")
         sent = asyncio.Event()
         try:
             answer = await surface.turns.handle(

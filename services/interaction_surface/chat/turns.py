@@ -50,6 +50,7 @@ from libs.models.interface import (
     TurnReply,
     TurnRequest,
 )
+from libs.models.template import TemplateModel
 from libs.tools import ToolRegistry
 
 from ..core.answers import WriteBehind
@@ -122,6 +123,8 @@ class Turns:
         self._settings = settings
         self._registry = registry
         self._tools = tuple(tool_spec(t) for t in registry.tools())
+        # No conversation model configured (`libs.models.TemplateModel`): turns are refused.
+        self.has_model = not isinstance(model, TemplateModel)
         # Same-process turns of a session queue here instead of racing on the log.
         self._locks = SessionLocks()
         # A chat turn's record, written behind its response, per session (one at a time:

@@ -25,7 +25,7 @@ READY_TIMEOUT_S = 20.0
 
 
 class ProviderProcess:
-    """``python -m services.sandbox_provider`` with its own port, database and log file."""
+    """``python -m demo.sandbox_provider`` with its own port, database and log file."""
 
     def __init__(self, env: dict[str, str], log_path: Path) -> None:
         self.env = env
@@ -39,7 +39,7 @@ class ProviderProcess:
         assert self._proc is None, "already running"
         self._log = self.log_path.open("ab")
         self._proc = subprocess.Popen(
-            [sys.executable, "-m", "services.sandbox_provider"],
+            [sys.executable, "-m", "demo.sandbox_provider"],
             cwd=ROOT,
             env=self.env,
             stdout=self._log,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import json
 
-from libs.models import MockModel, register
+from demo.models import MockModel
+from libs.models import register
 from libs.models.interface import ProposedCall, TurnReply, TurnRequest, call_id
 
 

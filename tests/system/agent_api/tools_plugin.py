@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from demo.tools import AccessItem
 from libs.tools import ToolDeclaration, ToolRegistry
-from libs.tools.demo import AccessItem
 
 
 def register(registry: ToolRegistry) -> None:

@@ -28,9 +28,9 @@ from schemathesis.specs.openapi.checks import (
     response_schema_conformance,
 )
 
+from demo.sandbox_provider.handlers import BODIES as PROVIDER_BODIES
+from demo.sandbox_provider.validation import RESOURCE_PATTERN
 from services.interaction_surface.chat.routes import BODIES as SURFACE_BODIES
-from services.sandbox_provider.handlers import BODIES as PROVIDER_BODIES
-from services.sandbox_provider.validation import RESOURCE_PATTERN
 from testkit.hostile import completes_a_tool_call, healthy
 from testkit.surface import SurfaceStack, open_chat
 

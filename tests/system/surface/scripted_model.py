@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 
-from libs.models import MockModel, register
+from demo.models import MockModel
+from libs.models import register
 from libs.models.interface import ModelError, TurnReply, TurnRequest
 
 

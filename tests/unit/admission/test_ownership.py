@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from demo.tools import DEMO_TOOLS
 from libs.admission.rules import owns
 from libs.tools import Caller
-from libs.tools.demo import DEMO_TOOLS
 
 pytestmark = pytest.mark.fast
 

@@ -13,6 +13,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from demo.tools import AccessItem
 from libs.admission import LoadView
 from libs.admission.answers import outcome
 from libs.admission.followups import decide_cancel
@@ -28,7 +29,6 @@ from libs.events import (
     OperationRequested,
 )
 from libs.tools import Limits, ToolDeclaration, ToolRegistry
-from libs.tools.demo import AccessItem
 
 NOW = datetime(2026, 1, 1, 12, tzinfo=UTC)
 CAP = 3

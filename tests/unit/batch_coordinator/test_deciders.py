@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from demo.models import MockModel
 from libs.domain import batch as batch_domain
 from libs.domain import delivery as delivery_domain
 from libs.domain.batch import BatchState, CloseBatch, MemberStatus, final_delivery_id
@@ -37,7 +38,7 @@ from libs.events import (
     TurnReceived,
     TurnReplied,
 )
-from libs.models import MockModel, OperationOutcome, get_model
+from libs.models import OperationOutcome, get_model
 from services.batch_coordinator.domain import needs_model, short_summary, template_summary
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)

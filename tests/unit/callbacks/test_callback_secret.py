@@ -10,16 +10,17 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
+from demo.sandbox import CALLBACK_ROUTE
 from libs import callback_secret
 from libs.config import ToolSettings
 from libs.service import StartingGate
 from libs.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, sign
 from libs.supervisor import Supervisor
 from libs.tools import DeclarationError, default_registry, sandbox_client
-from libs.tools.sandbox import CALLBACK_ROUTE
 from services.operation_worker import app as worker_app
 from services.operation_worker.handlers import Worker
 from services.operation_worker.settings import Settings
+from testkit.tools_file import GOOD, tools_file
 
 pytestmark = pytest.mark.fast
 
@@ -98,13 +99,15 @@ def test_loopback(host: str, loopback: bool) -> None:
     assert callback_secret.is_loopback(host) is loopback
 
 
-async def test_without_the_demo_there_is_no_sandbox_callback_route() -> None:
-    settings = ToolSettings(demo=False, callback_secret=b"k")
+async def test_without_the_demo_there_is_no_sandbox_callback_route(tmp_path: Path) -> None:
+    path = tools_file(tmp_path, GOOD)
+    settings = ToolSettings(demo=False, callback_secret=b"k", tools_file=str(path))
     client = sandbox_client(settings)
     try:
         registry = default_registry(client, settings)
         assert registry.callback_receiver(CALLBACK_ROUTE) is None
         assert not registry.has("provision_access")
+        assert [t.name for t in registry.tools()] == ["open_ticket"]
         demo = default_registry(client, ToolSettings(callback_secret=b"k"))
         assert demo.callback_receiver(CALLBACK_ROUTE) is not None
     finally:

@@ -25,7 +25,7 @@ from prometheus_client.metrics import MetricWrapperBase
 from prometheus_client.registry import CollectorRegistry
 
 import libs.metrics
-from services.sandbox_provider.metrics import Metrics as SandboxMetrics
+from demo.sandbox_provider.metrics import Metrics as SandboxMetrics
 
 ROOT = Path(__file__).resolve().parents[3]
 GRAFANA = ROOT / "deploy" / "grafana"

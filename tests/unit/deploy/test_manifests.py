@@ -20,6 +20,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from libs.modes import DEMO_PROCESSES
 from libs.supervisor import SERVICES
 
 from .kustomize import Doc, KustomizeError, load_documents, render, strategic_merge
@@ -35,9 +36,14 @@ K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 OVERLAYS = ("dev", "production")
 NAMESPACES = {"dev": "holdline-dev", "production": "holdline"}
 
-# service name → (python package, env prefix, port), from the supervisor's list.
+# service name → (python module, env prefix, port), from the supervisor's list and the
+# demo's processes.
 SERVICE_TABLE: dict[str, tuple[str, str, int]] = {
-    package.replace("_", "-"): (package, prefix, port) for package, prefix, port in SERVICES
+    **{
+        package.replace("_", "-"): (f"services.{package}", prefix, port)
+        for package, prefix, port in SERVICES
+    },
+    **{name: (module, prefix, port) for name, module, prefix, port in DEMO_PROCESSES},
 }
 PARTITIONED = ("batch-coordinator", "delivery-policy")
 DEV_ONLY = ("sandbox-provider",)
@@ -196,7 +202,7 @@ def test_each_service_runs_as_its_own_probed_sized_locked_down_workload(overlay:
         assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
         assert pod["automountServiceAccountToken"] is False
         (container,) = pod["containers"]
-        assert container["command"] == ["python", "-m", f"services.{package}"], name
+        assert container["command"] == ["python", "-m", package], name
         assert container["image"].startswith(("holdline:", "registry.example.com/holdline:"))
         ports = {p["name"]: p["containerPort"] for p in container["ports"]}
         assert ports == {"http": port}, name
@@ -370,7 +376,7 @@ def test_prometheus_scrapes_annotated_pods_and_local_ports() -> None:
         for group in local["scrape_configs"][0]["static_configs"]
         for target in group["targets"]
     }
-    assert targets == {f"127.0.0.1:{port}" for _package, _prefix, port in SERVICES}
+    assert targets == {f"127.0.0.1:{port}" for _module, _prefix, port in SERVICE_TABLE.values()}
 
 
 def test_dockerfile_builds_a_slim_non_root_runtime_image() -> None:
@@ -395,4 +401,4 @@ def test_dockerfile_builds_a_slim_non_root_runtime_image() -> None:
     assert workdir == "WORKDIR /var/lib/holdline", "the writable mount of the pods"
     ignored = set((ROOT / ".dockerignore").read_text().split())
     assert {".git", ".venv", ".data", "tests"} <= ignored
-    assert not {"libs", "services", "holdline", "pyproject.toml", "README.md"} & ignored
+    assert not {"libs", "services", "holdline", "demo", "pyproject.toml", "README.md"} & ignored

@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from libs.models import MockModel, get_model
+from demo.models import MockModel
+from libs.models import get_model
 from libs.models.interface import (
     AdmissionNote,
     ChatMessage,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from demo.models import MockModel
 from libs.config import ModelSettings
-from libs.models import MockModel, OpenAIResponsesModel, UnknownModel, get_model, model_for
+from libs.models import OpenAIResponsesModel, UnknownModel, get_model, model_for
 
 
 @pytest.fixture(autouse=True)
@@ -52,5 +53,5 @@ def test_openai_without_a_key_is_a_clear_error() -> None:
 
 
 def test_unknown_model() -> None:
-    with pytest.raises(UnknownModel, match="registered: chat-completions, mock, openai"):
+    with pytest.raises(UnknownModel, match="registered: chat-completions, mock, none, openai"):
         get_model("nope")

@@ -13,15 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from services.sandbox_provider.callbacks import CallbackSender
-from services.sandbox_provider.completion import PendingCommits
-from services.sandbox_provider.engine import Engine
-from services.sandbox_provider.fault_rules import FaultBody, FaultEffect
-from services.sandbox_provider.faults import FaultRegistry
-from services.sandbox_provider.metrics import Metrics
-from services.sandbox_provider.settings import Settings
-from services.sandbox_provider.store import Store
-from services.sandbox_provider.validation import parse_create
+from demo.sandbox_provider.callbacks import CallbackSender
+from demo.sandbox_provider.completion import PendingCommits
+from demo.sandbox_provider.engine import Engine
+from demo.sandbox_provider.fault_rules import FaultBody, FaultEffect
+from demo.sandbox_provider.faults import FaultRegistry
+from demo.sandbox_provider.metrics import Metrics
+from demo.sandbox_provider.settings import Settings
+from demo.sandbox_provider.store import Store
+from demo.sandbox_provider.validation import parse_create
 
 NO_FAULT = FaultEffect()
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from services.sandbox_provider.settings import Settings
+from demo.sandbox_provider.settings import Settings
 
 
 def test_defaults_match_the_documented_contract() -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from demo.models import MockModel
 from libs.bus import MemoryEventStore
 from libs.clock import ManualClock
 from libs.config import BusSettings
@@ -22,7 +23,6 @@ from libs.events import (
     OperationStarted,
     SettledMember,
 )
-from libs.models import MockModel
 from services.batch_coordinator.handlers import Coordinator
 from services.batch_coordinator.settings import SERVICE, Settings
 from testkit.events import T0, envelope

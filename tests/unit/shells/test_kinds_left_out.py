@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from demo.models import MockModel
 from devtools.declared import declared
 from libs.bus import Context, MemoryEventStore
 from libs.clock import ManualClock, SequentialIds
@@ -39,7 +40,6 @@ from libs.events import (
     OperationAdmitted,
     OperationCommitted,
 )
-from libs.models import MockModel
 from services.batch_coordinator import settings as coordinator_settings
 from services.batch_coordinator.handlers import Coordinator
 from services.delivery_policy import settings as policy_settings

@@ -104,7 +104,7 @@ def test_duplicate_names_across_modules_and_the_file(tmp_path: Path) -> None:
     assert "module examples.payouts" in str(clash.value)
     # A demo tool's name is taken too.
     path.write_text(GOOD.replace('name = "open_ticket"', 'name = "transfer_money"'))
-    with pytest.raises(DeclarationError, match="already declared by holdline"):
+    with pytest.raises(DeclarationError, match=r"already declared by module demo\.tools"):
         default_registry(settings=ToolSettings(tools_file=str(path)))
 
 

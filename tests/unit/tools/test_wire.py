@@ -19,8 +19,7 @@ import pytest
 
 from libs.config import ToolSettings
 from libs.tools.registry import sandbox_client
-from libs.tools.sandbox import classify_exception
-from libs.tools.wire import AiohttpClient, StatusError
+from libs.tools.wire import AiohttpClient, StatusError, classify_exception
 from testkit.processes import free_port
 
 

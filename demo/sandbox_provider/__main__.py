@@ -1,6 +1,6 @@
-"""``python -m services.sandbox_provider``: serve the sandbox provider with uvicorn.
+"""``python -m demo.sandbox_provider``: serve the sandbox provider with uvicorn.
 
-Configuration comes from the environment; see ``services.sandbox_provider.settings``.
+Configuration comes from the environment; see ``demo.sandbox_provider.settings``.
 """
 
 from __future__ import annotations

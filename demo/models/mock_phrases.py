@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import re
 
+from libs.models.interface import LiveOperation
+
 from . import understanding as u
-from .interface import LiveOperation
 
 
 def _rx(pattern: str) -> re.Pattern[str]:

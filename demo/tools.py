@@ -7,7 +7,10 @@ from typing import Annotated, Any
 
 import msgspec
 
-from .declaration import BusinessLimits, Limits, ToolDeclaration
+from libs.tools.declaration import BusinessLimits, Limits, ToolDeclaration
+from libs.tools.registry import ToolRegistry
+
+from .sandbox import CALLBACK_ROUTE, ROUTES, SandboxExecutor
 
 Resource = Annotated[str, msgspec.Meta(pattern=r"^[a-z][a-z0-9_-]{0,63}$")]
 Day = Annotated[str, msgspec.Meta(pattern=r"^\d{4}-\d{2}-\d{2}$")]
@@ -178,3 +181,19 @@ DEMO_TOOLS: tuple[ToolDeclaration, ...] = (
         deadline_s=20.0,
     ),
 )
+
+
+def register(registry: ToolRegistry) -> None:
+    """Declare the demo tools and, in the worker (a client is given), their sandbox
+    executors, whose callbacks arrive on one route (`/v1/callbacks/sandbox`)."""
+    for declaration in DEMO_TOOLS:
+        registry.declare(declaration)
+    if registry.client is None:
+        return
+    settings = registry.settings
+    for name, route in ROUTES.items():
+        executor = SandboxExecutor(
+            route, registry.client,
+            callback_twice=settings.callback_twice, callback_secret=settings.callback_secret,
+        )
+        registry.register_executor(name, executor, callback_route=CALLBACK_ROUTE)

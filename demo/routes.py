@@ -9,9 +9,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response
 
 from libs.bus import InvalidSubjectToken, token
-
-from .http import ProblemError, decode_body, read_body
-from .surface import Surface
+from services.interaction_surface.core.http import ProblemError, decode_body, read_body
+from services.interaction_surface.core.surface import Surface
 
 
 def add_demo_routes(router: APIRouter, surface: Surface) -> None:

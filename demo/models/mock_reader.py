@@ -8,9 +8,19 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from libs.models.interface import LiveOperation, ProposedCall, TurnReply, TurnRequest, call_id
+from libs.models.phrasing import (
+    TERMINAL_STATUSES,
+    Lang,
+    join_items,
+    join_text,
+    pending_preamble,
+    status_report,
+    status_words,
+)
+
 from . import mock_bookings as bookings
 from . import understanding as u
-from .interface import LiveOperation, ProposedCall, TurnReply, TurnRequest, call_id
 from .mock_bookings import Ask, Proposal
 from .mock_phrases import (
     ACCESS_BEFORE_RE,
@@ -34,15 +44,6 @@ from .mock_phrases import (
     first_phrase,
     names_of,
     tool_words,
-)
-from .phrasing import (
-    TERMINAL_STATUSES,
-    Lang,
-    join_items,
-    join_text,
-    pending_preamble,
-    status_report,
-    status_words,
 )
 from .understanding_names import name_list
 

@@ -29,7 +29,7 @@ Environment variables (an empty value counts as unset):
 ``SANDBOX_SHUTDOWN_GRACE_S`` (default ``5``)
     How long a stopping server waits for in-flight (possibly hanging) requests.
 ``LOG_LEVEL`` (default ``INFO``)
-    Level of the process's log (``python -m services.sandbox_provider``).
+    Level of the process's log (``python -m demo.sandbox_provider``).
 """
 
 from __future__ import annotations

@@ -15,8 +15,7 @@ import httpx
 import msgspec
 
 from libs.signing import SIGNATURE_HEADER, TIMESTAMP_HEADER, verify
-
-from .executor import (
+from libs.tools.executor import (
     AttemptResult,
     CallbackResult,
     Lookup,
@@ -24,7 +23,7 @@ from .executor import (
     bad_callback,
     bad_signature,
 )
-from .wire import Answer, HttpClient
+from libs.tools.wire import Answer, HttpClient, classify_exception
 
 # The route segment the sandbox provider posts its callbacks to (`/v1/callbacks/sandbox`).
 CALLBACK_ROUTE = "sandbox"
@@ -96,21 +95,6 @@ def _retry_after(value: str | None) -> float | None:
         return max(0.0, float(value))
     except ValueError:
         return None
-
-
-def classify_exception(exc: Exception, elapsed_ms: float) -> AttemptResult:
-    """Whether a transport failure happened before the request left, or after."""
-    match exc:
-        case httpx.ConnectTimeout() | httpx.PoolTimeout():
-            return AttemptResult("timeout_before_send", detail=repr(exc), duration_ms=elapsed_ms)
-        case httpx.ConnectError():
-            return AttemptResult("connect_error", detail=repr(exc), duration_ms=elapsed_ms)
-        case httpx.TimeoutException():
-            # Read or write timeout: the mutation may have reached the system of record.
-            return AttemptResult("timeout_after_send", detail=repr(exc), duration_ms=elapsed_ms)
-        case _:
-            # The connection broke mid-exchange: same ambiguity as a timeout after send.
-            return AttemptResult("timeout_after_send", detail=repr(exc), duration_ms=elapsed_ms)
 
 
 @dataclass(frozen=True, slots=True)

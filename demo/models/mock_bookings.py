@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
+from libs.models.interface import TurnRequest
+
 from . import understanding as u
-from .interface import TurnRequest
 from .mock_phrases import AVAILABILITY_RE, BOOKING_RE
 from .understanding_dates import calendar_date, clock_time
 from .understanding_names import venue
