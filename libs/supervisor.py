@@ -217,7 +217,6 @@ class Supervisor:
         self.demo = modes.demo_mode(self.environ)
         if not self.demo and not modes.user_tools_configured(self.environ):
             raise ValueError(f"HOLDLINE_DEMO=0 and no tools are configured. {modes.NO_TOOLS_HINT}")
-        _log(modes.describe(self.environ))
         env = dict(self.environ)
         env.setdefault("PYTHONUNBUFFERED", "1")
         worker_host = env_str("OPERATION_WORKER_HOST", "127.0.0.1", self.environ)
@@ -343,6 +342,7 @@ class Supervisor:
             loop.add_signal_handler(sig, self.stopping.set)
         if not self.children:
             self.plan()
+        _log(modes.describe(self.environ))
         watchers = [asyncio.create_task(self._watch(b)) for b in self.brokers]
         for broker, port in zip(self.brokers, self.broker_ports, strict=True):
             if not await self._wait_port(port, 20.0):

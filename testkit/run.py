@@ -129,6 +129,9 @@ def holdline_run(
         "HOLDLINE_ROOT": str(root),
         "HOLDLINE_RESTART_BACKOFF_S": "0.2",
         "PYTHONUNBUFFERED": "1",
+        # The services run under HOLDLINE_ROOT, not in the checkout: this checkout's code
+        # (and its demo package) comes first on their path.
+        "PYTHONPATH": str(ROOT),
         # The demo unless the test says otherwise (`"HOLDLINE_DEMO": ""` leaves it unset).
         "HOLDLINE_DEMO": "1",
         **(env or {}),
@@ -144,7 +147,9 @@ def holdline_run(
     full["HOLDLINE_CALLBACK_URL"] = (
         f"http://127.0.0.1:{ports['operation-worker']}/v1/callbacks/sandbox"
     )
-    argv = [str(Path(sys.executable).parent / "holdline"), "run"]
+    # `holdline run` as the checkout's own code: the console script imports `libs` through
+    # the installed package, which may be another checkout of a shared environment.
+    argv = [sys.executable, "-m", "libs.cli", "run"]
     if cluster:
         argv += ["--cluster", str(cluster)]
     proc = subprocess.Popen(

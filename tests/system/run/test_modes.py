@@ -74,7 +74,7 @@ def _wait_ready(running: Running, names: tuple[str, ...], timeout_s: float = 90.
 
 
 def _port_closed(port: int) -> bool:
-    with contextlib.suppress(OSError), httpx.Client(timeout=0.5) as client:
+    with contextlib.suppress(httpx.HTTPError), httpx.Client(timeout=0.5) as client:
         client.get(f"http://127.0.0.1:{port}/readyz")
         return False
     return True

@@ -68,15 +68,12 @@ def test_holdline_run_starts_the_sandbox_only_in_demo_mode(tmp_path: Path) -> No
     assert "sandbox-provider" in forced
 
 
-def test_holdline_run_says_which_mode_runs(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    _children(tmp_path, {"HOLDLINE_TOOL_MODULES": "mine.tools"})
-    assert "[supervisor] production mode: only your tools" in capsys.readouterr().out
-    _children(tmp_path, {})
-    assert "[supervisor] demo mode: the demo's tools, the sandbox provider" in (
-        capsys.readouterr().out
-    )
+def test_holdline_run_says_which_mode_runs() -> None:
+    production = modes.describe({"HOLDLINE_TOOL_MODULES": "mine.tools"})
+    assert production.startswith("production mode: only your tools")
+    assert "no sandbox provider" in production
+    assert modes.describe({}).startswith("demo mode: the demo's tools, the sandbox provider")
+    assert "and your tools" in modes.describe({"HOLDLINE_DEMO": "1", "HOLDLINE_TOOLS_FILE": "t"})
 
 
 def test_production_without_tools_is_refused_with_exit_78(
