@@ -6,7 +6,7 @@ exactly as for a session that does not exist. A token older than `HOLDLINE_TOKEN
 401 (`token-expired`); writes beyond the session's or tenant's rate are 429 with
 `Retry-After`, refused before anything is appended. The routes are the channels':
 `chat/routes.py`, `agent/routes.py`, `voice/twilio.py`; the demo's fault proxy is
-`core/demo.py` (it is no channel's).
+`demo/routes.py`, installed by import path (`core/extra_routes.py`; it is no channel's).
 """
 
 from __future__ import annotations
