@@ -18,7 +18,8 @@ class OperationOutcome:
     label: str
     status: str
     detail: str = ""
-    # The tool's own success sentence (its declared `closing`), when it has one.
+    # The tool's own sentence, when it declares one: its `closing` for a committed operation,
+    # its `failure` for one that failed or was refused.
     line: str = ""
 
 

@@ -63,9 +63,12 @@ def explain_from_templates(outcomes: Sequence[OperationOutcome], *, language: st
     for outcome in failed:
         why = outcome.detail.split(":", 1)[-1].strip() or outcome.status.replace("_", " ")
         parts.append(
-            f"No pude completar {outcome.label} ({why})."
-            if spanish
-            else f"I could not complete {outcome.label} ({why})."
+            outcome.line
+            or (
+                f"No pude completar {outcome.label} ({why})."
+                if spanish
+                else f"I could not complete {outcome.label} ({why})."
+            )
         )
     causes: dict[str, list[str]] = {}
     for outcome in failed:

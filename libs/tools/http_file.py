@@ -60,6 +60,7 @@ _TOP = frozenset(
         "open",
         "label",
         "closing",
+        "failure",
         "roles",
         "http",
     }
@@ -94,6 +95,10 @@ def _template_fn(
 
 def _render_closing(template: Template) -> Callable[[Mapping[str, Any], Mapping[str, Any]], str]:
     return lambda arguments, result: template.render({**arguments, "result": dict(result)})
+
+
+def _render_failure(template: Template) -> Callable[[Mapping[str, Any], str], str]:
+    return lambda arguments, detail: template.render({**arguments, "detail": detail})
 
 
 def _roles(
@@ -185,6 +190,8 @@ def parse_entry(
         raise entry.error("agents", "must be a list of agent names")
     label = _template_fn(entry, raw, "label", names, result=False)
     closing = _template_fn(entry, raw, "closing", names, result=True)
+    # A failure line names arguments and `{detail}`, why it failed.
+    failure = _template_fn(entry, raw, "failure", names | {"detail"}, result=False)
     http = http_spec(entry, raw.get("http"), names, raw, max_response_bytes=max_response_bytes)
     owned = raw.get("owned_values", [])
     if not isinstance(owned, list) or not all(isinstance(o, str) for o in owned):
@@ -225,6 +232,7 @@ def parse_entry(
         open=read_typed(entry, raw, "open", bool, False),
         label=label.render if label else None,
         closing=_render_closing(closing) if closing else None,
+        failure=_render_failure(failure) if failure else None,
     )
     found = problems(declaration)
     if found:

@@ -220,6 +220,13 @@ def outcome_of(
         except (KeyError, TypeError, ValueError):
             # The result lacks a field the template names: the label still says what was done.
             line = ""
+    elif status in ("failed_final", "rejected") and declaration is not None and declaration.failure:
+        why = detail.split(":", 1)[-1].strip() or status.replace("_", " ")
+        try:
+            line = declaration.failure(state.arguments, why)
+        except (KeyError, TypeError, ValueError):
+            # An argument the template names was left out: the templates' words instead.
+            line = ""
     return OperationOutcome(
         operation_id=operation_id,
         tool=state.tool,

@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import pytest
 
 from libs.config import ToolSettings
 from libs.domain import OperationState, OpStatus
-from libs.tools import default_registry
+from libs.models import TemplateModel
+from libs.tools import DeclarationError, default_registry
 from services.batch_coordinator.domain import outcome_of, template_summary
 from services.interaction_surface.chat.conversation import tool_spec
 from testkit.desk import SECRET, TOOLS_FILE
+from testkit.tools_file import GOOD, tools_file
 
 
 def _state(tool: str, arguments: dict[str, object], result: dict[str, object]) -> OperationState:
@@ -90,3 +95,32 @@ def test_a_file_tool_is_offered_to_models_with_its_json_schema(
     assert spec.parameters["required"] == ["order_id", "amount"]
     assert spec.parameters["additionalProperties"] is False
     assert spec.parameters["properties"]["amount"] == {"type": "integer", "minimum": 1}
+
+
+async def test_a_failure_is_worded_by_the_tools_own_failure_template(tmp_path: Path) -> None:
+    text = GOOD.replace(
+        'closing = "Ticket {result.id} is open."',
+        'closing = "Ticket {result.id} is open."\n'
+        'failure = "No ticket for {project}: {detail}."',
+    )
+    path = tools_file(tmp_path, text)
+    registry = default_registry(settings=ToolSettings(demo=False, tools_file=str(path)))
+    declaration = registry.tool("open_ticket")
+    state = _state("open_ticket", {"project": "billing", "title": "Blank PDF"}, {})
+    failed = dataclasses.replace(state, status=OpStatus.FAILED_FINAL, failure="quota: full")
+    outcome = outcome_of(state.operation_id, "failed_final", failed, declaration)
+    assert outcome.line == "No ticket for billing: full."
+    # No model configured: the template model says the tool's own words.
+    words = await TemplateModel().explain_failures([outcome], language="en")
+    assert words.startswith("No ticket for billing: full.")
+    assert "I could not complete" not in words
+    # Without the template, the core's own words.
+    plain = dataclasses.replace(outcome, line="")
+    assert "I could not complete" in await TemplateModel().explain_failures([plain], language="en")
+
+
+def test_a_failure_template_may_name_only_arguments_and_detail(tmp_path: Path) -> None:
+    text = GOOD.replace('closing = "Ticket {result.id} is open."', 'failure = "{result.id}"')
+    path = tools_file(tmp_path, text)
+    with pytest.raises(DeclarationError, match=r"failure: \{result.id\} is not a field"):
+        default_registry(settings=ToolSettings(demo=False, tools_file=str(path)))
