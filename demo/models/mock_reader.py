@@ -45,7 +45,7 @@ from .mock_phrases import (
     names_of,
     tool_words,
 )
-from .understanding_names import name_list
+from .understanding_names import read_names
 
 
 def _at(call: tuple[int, str, dict[str, Any]]) -> int:
@@ -327,15 +327,25 @@ class TurnReader:
 
     def accesses(self, folded: str) -> bool:
         names: list[str] = []
+        unclear: list[str] = []
         for intro in ACCESS_INTROS:
             if m := intro.search(folded):
-                names = name_list(folded[m.end() :])
+                names, unclear = read_names(folded[m.end() :])
                 break
         else:
             m = ACCESS_BEFORE_RE.search(folded)
             if m is None:
                 return False
-            names = name_list(m.group(1))
+            names, unclear = read_names(m.group(1))
+        if unclear:
+            # "the repo" with no name: asked, never guessed (nothing is proposed).
+            kind = unclear[0]
+            self.say(
+                f"Which {kind} do you mean? Tell me its name, like \"the {kind} named "
+                "data-pipeline\".",
+                f"¿Qué {kind}? Dime su nombre, por ejemplo \"el {kind} llamado data-pipeline\".",
+            )
+            return True
         if not names:
             self.say("Access to which tools?", "¿Acceso a qué herramientas?")
             return True

@@ -1,5 +1,6 @@
 """Deterministic readers of proper names and lists in English and Spanish: a restaurant
-(`at Casa Pepe`, `en Casa Pepe`) and a list of tools (`github, jira y confluence`)."""
+(`at Casa Pepe`, `en Casa Pepe`) and a list of tools (`github, jira y confluence`, `the repo
+named data-pipeline`)."""
 
 from __future__ import annotations
 
@@ -87,22 +88,59 @@ _ITEM_LEAD = {"the", "to", "a", "al", "el", "la", "los", "las", "my", "mi", "mis
 _ITEM_TAIL = {"too", "tambien", "access", "accounts", "account", "acceso", "accesos", "also"}
 
 
-def name_list(region: str) -> list[str]:
-    """`github, jira and confluence` / `github, jira y confluence` → normalised names, in order."""
+# What a resource is called when a request names its kind too: "the repo named X",
+# "X's repo", "the X project", "el repositorio llamado X".
+_KINDS = frozenset({
+    "repo", "repos", "repository", "repositories", "project", "projects",
+    "repositorio", "repositorios", "proyecto", "proyectos",
+})
+_NAMED = frozenset({"named", "called", "llamado", "llamada", "de", "del"})
+
+
+def _resource_of(words: list[str]) -> str | None:
+    """The resource a list item names once its kind is read away (None: only a kind)."""
+    words = [w.removesuffix("'s").removesuffix("\u2019s") for w in words]
+    if words and words[0] in _KINDS:
+        # "repo named X", "repositorio llamado X", "repo X".
+        words = words[1:]
+        if words and words[0] in _NAMED:
+            words = words[1:]
+    elif words and words[-1] in _KINDS:
+        # "X's repo", "X repo", "the X workspace".
+        words = words[:-1]
+    return " ".join(words) if words else None
+
+
+def read_names(region: str) -> tuple[list[str], list[str]]:
+    """The names a list gives, in order, and the kinds it mentions without a name ("the
+    repo", "the repo named"): a request naming one of those cannot be told, so it is asked."""
     folded = fold(region)
     if end := _LIST_END.search(folded):
         folded = folded[: end.start()]
     names: list[str] = []
+    unclear: list[str] = []
     for raw in _LIST_SPLIT.split(folded):
         words = raw.split()
         while words and words[0] in _ITEM_LEAD:
             words.pop(0)
         while words and words[-1] in _ITEM_TAIL:
             words.pop()
-        if not words or len(words) > 3:
+        if not words:
             continue
-        name = normalise_name(" ".join(words))
+        resource = _resource_of(words)
+        if resource is None:
+            unclear.append(words[0].removesuffix("s"))
+            continue
+        if len(resource.split()) > 3:
+            continue
+        name = normalise_name(resource)
         # Repeats stay: the application, not the model, dedups by intent.
         if RESOURCE.match(name):
             names.append(name)
-    return names
+    return names, unclear
+
+
+def name_list(region: str) -> list[str]:
+    """`github, jira and confluence` / `github, jira y confluence` → normalised names, in order;
+    `the repo named data-pipeline` and `data-pipeline's repo` → `data-pipeline`."""
+    return read_names(region)[0]

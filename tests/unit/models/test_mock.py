@@ -482,3 +482,37 @@ async def test_failure_explanation_offers_an_alternative() -> None:
     text = await get_model("mock").explain_failures(outcomes, language="en")
     assert text.startswith("Done: github.")
     assert "Alternative: an administrator can grant slack" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "accesses"),
+    [
+        ("give me access to the repo named data-pipeline", ["data-pipeline"]),
+        ("give me access to data-pipeline's repo", ["data-pipeline"]),
+        ("I need access to github and the data-pipeline repo", ["github", "data-pipeline"]),
+        ("grant me access to the repository called infra-tools and jira", ["infra-tools", "jira"]),
+        ("dame acceso al repositorio llamado data-pipeline y a jira", ["data-pipeline", "jira"]),
+        ("give me access to github and jira", ["github", "jira"]),
+    ],
+)
+async def test_a_resource_named_with_its_kind_is_the_resource(
+    model: MockModel, text: str, accesses: list[str]
+) -> None:
+    reply = await model.respond(turn(text))
+    assert calls_of(reply) == [(ACCESS, {"accesses": accesses})]
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("give me access to the repo and jira", "Which repo do you mean?"),
+        ("give me access to the repo named", "Which repo do you mean?"),
+        ("dame acceso al repositorio", "¿Qué repositorio?"),
+    ],
+)
+async def test_a_resource_it_cannot_tell_is_asked_for(
+    model: MockModel, text: str, words: str
+) -> None:
+    reply = await model.respond(turn(text))
+    assert calls_of(reply) == []
+    assert words in reply.text
