@@ -220,9 +220,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     install_problem_handlers(app)
     install(app)
-    # The channels' routes (this order is the OpenAPI document's): chat, the demo's fault
-    # proxy, the Agent API, then voice. Each is added to the app's own router, not included:
-    # FastAPI walks included routers (and sums their route versions) on every request.
+    # The channels' routes (this order is the OpenAPI document's): chat, the routes installed
+    # by import path (the demo's fault proxy in demo mode), the Agent API, then voice. Each is
+    # added to the app's own router, not included: FastAPI walks included routers (and sums
+    # their route versions) on every request.
     add_chat_routes(app.router, surface)
     add_extra_routes(app.router, surface, settings.routes)
     add_agent_routes(app.router, agent_api)

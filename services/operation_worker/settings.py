@@ -19,7 +19,8 @@
   takes before its loop comes round again)
 - `SANDBOX_PROVIDER_URL` (http://127.0.0.1:8090): the system of record of the demo tools
 - `HOLDLINE_SANDBOX_CALLBACK_TWICE` (0): ask the sandbox to send every callback twice
-- `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: the tools beside the demo's (`ToolSettings`)
+- `HOLDLINE_TOOL_MODULES`, `HOLDLINE_TOOLS_FILE`: your tools (`ToolSettings`; in demo mode
+  the demo's join them, `libs.modes`)
 """
 
 from __future__ import annotations

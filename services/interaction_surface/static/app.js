@@ -286,6 +286,9 @@ document.querySelectorAll("[data-fault]").forEach((box) => {
     addMessage({ role: "assistant", text: `⚠ fault injection: ${err.message}` });
   }));
 });
-// Faults left from an earlier visit would surprise the visitor: start clean.
-api("DELETE", "/v1/demo/faults").catch(() => {});
+// Faults left from an earlier visit would surprise the visitor: start clean. The fault
+// panel is the demo's (served in demo mode only): without it, its card is hidden.
+api("DELETE", "/v1/demo/faults").catch((err) => {
+  if (err.status === 404) $("fault-card").hidden = true;
+});
 startSession(false);
