@@ -69,3 +69,48 @@ def test_a_schema_outside_the_subset_names_its_field(
         struct_of_schema("t", schema)
     assert refused.value.field == field
     assert refused.value.problem == problem
+
+
+def test_nullable_properties_in_both_spellings() -> None:
+    struct = struct_of_schema(
+        "t",
+        {
+            "type": "object",
+            "required": ["budget"],
+            "properties": {
+                # Required but nullable: must be given, may be null.
+                "budget": {"type": ["integer", "null"], "minimum": 1},
+                "owner": {"anyOf": [{"type": "string"}, {"type": "null"}], "description": "x"},
+                "tags": {"type": "array", "items": {"type": "string"}, "default": ["a"]},
+            },
+        },
+    )
+    given = msgspec.convert({"budget": None, "owner": None}, struct)
+    assert msgspec.structs.asdict(given) == {"budget": None, "owner": None, "tags": ["a"]}
+    with pytest.raises(msgspec.ValidationError, match="budget"):
+        msgspec.convert({"budget": 0}, struct)
+    with pytest.raises(msgspec.ValidationError, match="budget"):
+        msgspec.convert({}, struct)
+    # A list default is never shared between calls.
+    first = msgspec.convert({"budget": 1}, struct)
+    assert first.tags is not msgspec.convert({"budget": 2}, struct).tags
+
+
+@pytest.mark.parametrize(
+    ("prop", "field"),
+    [
+        ({"type": ["integer", "string"]}, "properties.a.type"),
+        ({"type": ["integer", "null", "null"]}, "properties.a.type"),
+        ({"anyOf": [{"type": "integer"}, {"type": "string"}]}, "properties.a.anyOf"),
+        ({"anyOf": [{"type": "integer"}]}, "properties.a.anyOf"),
+        (
+            {"anyOf": [{"type": "integer", "description": "x"}, {"type": "null"}],
+             "description": "y"},
+            "properties.a.anyOf",
+        ),
+    ],
+)
+def test_other_unions_are_refused_naming_the_field(prop: dict[str, Any], field: str) -> None:
+    with pytest.raises(SchemaError) as refused:
+        struct_of_schema("t", {"type": "object", "properties": {"a": prop}})
+    assert refused.value.field == field
