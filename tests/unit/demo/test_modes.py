@@ -126,3 +126,26 @@ def test_the_model_defaults_follow_the_mode(monkeypatch: pytest.MonkeyPatch) -> 
     assert ModelSettings.from_env().name == ""
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     assert ModelSettings.from_env().name == "openai"
+
+
+@pytest.mark.parametrize(
+    ("path", "words"),
+    [
+        ("demo.routes", "is not module:function"),
+        ("no_such_module_here:add", "cannot import no_such_module_here"),
+        ("demo.routes:nothing", "has no function nothing"),
+    ],
+)
+def test_a_bad_route_installer_is_a_refused_configuration(path: str, words: str) -> None:
+    from services.interaction_surface.core.extra_routes import BadRoutes, resolve  # noqa: PLC0415
+
+    with pytest.raises(BadRoutes, match=words) as refused:
+        resolve(path)
+    assert isinstance(refused.value, DeclarationError)  # exit 78, like a bad tools file
+
+
+def test_the_demos_route_installer_resolves() -> None:
+    from demo.routes import add_demo_routes  # noqa: PLC0415
+    from services.interaction_surface.core.extra_routes import resolve  # noqa: PLC0415
+
+    assert resolve(modes.DEMO_SURFACE_ROUTES[0]) is add_demo_routes
