@@ -5,9 +5,10 @@ short, growing backoff (the broker included); SIGINT/SIGTERM stops everything wi
 stop timeout, services first so they can drain, the broker last.
 
 `--cluster N` (`make run-cluster`) is scale-out on one machine: N nats-server nodes routed
-on loopback (each its own client and cluster port and store under `.data/nats-cluster/`),
-every stream and bucket R3, two interaction surfaces, two workers, and the coordinator and
-the policy as two partitions each. The same rules apply to every child, nodes included.
+on loopback (each its own client and cluster port and store under `.data/nats-cluster/`; one
+broker user per service, libs/broker_access.py), every stream and bucket R3, two interaction
+surfaces, two workers, and the coordinator and the policy as two partitions each. The same
+rules apply to every child, nodes included.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 import httpx
 
 from libs import callback_secret
+from libs.broker_access import cluster_access
 from libs.config import env_float, env_int, env_str
 
 # A child exiting with this (sysexits' EX_CONFIG, see libs/serve.py) refused its
@@ -156,6 +158,7 @@ class Supervisor:
         self.children: list[Child] = []
         self.brokers: list[Child] = []
         self.broker_ports: list[int] = []
+        self.broker_users: dict[str, dict[str, str]] = {}
         self.exit_code = 0
 
     def _plan_broker(self, env: dict[str, str]) -> None:
@@ -182,7 +185,9 @@ class Supervisor:
         config.parent.mkdir(parents=True, exist_ok=True)
         # A node that hangs (sockets open, nothing answered) loses its routes after two missed
         # pings, so requests stop going to it; with the default it would take minutes.
-        config.write_text('ping_interval: "2s"\nping_max: 2\n')
+        auth, self.broker_users = cluster_access(config.parent)
+        config.touch(mode=0o600)
+        config.write_text('ping_interval: "2s"\nping_max: 2\n' + auth)
         for i, (client, route) in enumerate(zip(clients, routes, strict=True)):
             store = self.root / ".data" / "nats-cluster" / f"n{i}"
             store.mkdir(parents=True, exist_ok=True)
@@ -211,7 +216,7 @@ class Supervisor:
             Child(
                 name=name,
                 argv=[sys.executable, "-m", f"services.{package}"],
-                env=env,
+                env={**env, **self.broker_users.get(package, {})},
                 ready_url=f"http://{host}:{port}/readyz",
             )
         )

@@ -143,7 +143,12 @@ def _targets(running: Running, cluster: bool) -> dict[str, list[str]]:
 
 async def _replicas(running: Running) -> set[int]:
     urls = [f"nats://127.0.0.1:{p}" for p in running.env["NATS_PORTS"].split(",")]
-    nc = await nats.connect(servers=urls)
+    # The cluster has one user per service: the operator's may read every stream's settings.
+    creds = running.operator_credentials()
+    nc = await nats.connect(
+        servers=urls, user=creds["NATS_USER"], password=creds["NATS_PASSWORD"],
+        inbox_prefix=creds["HOLDLINE_NATS_INBOX_PREFIX"],
+    )
     try:
         js = nc.jetstream()
         topology = Topology(running.env.get("HOLDLINE_PREFIX") or "hl")
