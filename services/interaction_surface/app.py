@@ -52,6 +52,7 @@ from .consumers import CONSUMERS, PUBLICATIONS, SERVICE
 from .consumers import DELIVERIES as DELIVERIES_CONSUMER
 from .core.demo import add_demo_routes
 from .core.http import install
+from .core.sockets import SocketAuth
 from .core.surface import Started, Surface
 from .core.view import SurfaceView
 from .core.writes import SurfaceWrites
@@ -226,11 +227,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # The channels' routes (this order is the OpenAPI document's): chat, the demo's fault
     # proxy, the Agent API, then voice. Each is added to the app's own router, not included:
     # FastAPI walks included routers (and sums their route versions) on every request.
-    add_chat_routes(app.router, surface)
+    # One rule for both sockets: a ticket, a header, or a URL token from a local caller.
+    add_chat_routes(app.router, surface, sockets := SocketAuth(surface))
     if settings.demo:
         add_demo_routes(app.router, surface)
     add_agent_routes(app.router, agent_api)
-    add_agent_socket(app.router, agent_api)
+    add_agent_socket(app.router, agent_api, sockets)
     telephony = install_voice(
         app, surface, calls, settings=voice_settings, ownership=ownership, executor=executor
     )
