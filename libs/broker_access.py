@@ -144,9 +144,14 @@ def cluster_access(directory: Path) -> tuple[str, dict[str, dict[str, str]]]:
         }
         for u in users
     }
-    operator = directory / "operator.env"
-    operator.touch(mode=0o600)
-    operator.chmod(0o600)
-    operator.write_text("".join(f"{k}={v}\n" for k, v in env[OPERATOR].items()))
+    operator = "".join(f"{k}={v}\n" for k, v in env[OPERATOR].items())
+    write_private(directory / "operator.env", operator)
     by_package = {package: env[user_of(package)] for package in SERVICE_PACKAGES}
     return server_config(users, passwords), by_package
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write a file only its owner may read (it holds passwords), even one that existed."""
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    path.write_text(text)

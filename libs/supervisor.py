@@ -28,7 +28,7 @@ from pathlib import Path
 import httpx
 
 from libs import callback_secret
-from libs.broker_access import cluster_access
+from libs.broker_access import cluster_access, write_private
 from libs.config import env_float, env_int, env_str
 
 # A child exiting with this (sysexits' EX_CONFIG, see libs/serve.py) refused its
@@ -186,8 +186,7 @@ class Supervisor:
         # A node that hangs (sockets open, nothing answered) loses its routes after two missed
         # pings, so requests stop going to it; with the default it would take minutes.
         auth, self.broker_users = cluster_access(config.parent)
-        config.touch(mode=0o600)
-        config.write_text('ping_interval: "2s"\nping_max: 2\n' + auth)
+        write_private(config, 'ping_interval: "2s"\nping_max: 2\n' + auth)
         for i, (client, route) in enumerate(zip(clients, routes, strict=True)):
             store = self.root / ".data" / "nats-cluster" / f"n{i}"
             store.mkdir(parents=True, exist_ok=True)
@@ -202,9 +201,7 @@ class Supervisor:
                 # Every node lists every route (its own is skipped): any node can restart alone.
                 "--routes", seeds,
             ]
-            self.brokers.append(
-                Child(name=f"nats-server-{i}", argv=argv, env=dict(broker_env))
-            )
+            self.brokers.append(Child(name=f"nats-server-{i}", argv=argv, env=dict(broker_env)))
         self.broker_ports = clients
         env["NATS_URL"] = ",".join(f"nats://127.0.0.1:{p}" for p in clients)
         env.setdefault("HOLDLINE_STREAM_REPLICAS", str(min(3, count)))
@@ -212,14 +209,11 @@ class Supervisor:
     def _service(self, name: str, package: str, env: dict[str, str], prefix: str,
                  port: int) -> None:
         host = env_str(f"{prefix}_HOST", "127.0.0.1", self.environ)
-        self.children.append(
-            Child(
-                name=name,
-                argv=[sys.executable, "-m", f"services.{package}"],
-                env={**env, **self.broker_users.get(package, {})},
-                ready_url=f"http://{host}:{port}/readyz",
-            )
-        )
+        self.children.append(Child(
+            name=name, argv=[sys.executable, "-m", f"services.{package}"],
+            env={**env, **self.broker_users.get(package, {})},  # its broker user, if any
+            ready_url=f"http://{host}:{port}/readyz",
+        ))
 
     def plan(self) -> None:
         """Decide every child's command line and environment."""
