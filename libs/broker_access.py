@@ -130,10 +130,13 @@ def server_config(users: Iterable[UserAccess], passwords: Mapping[str, str]) -> 
     return "\n".join(lines) + "\n"
 
 
-def cluster_access(directory: Path) -> tuple[str, dict[str, dict[str, str]]]:
+def cluster_access(
+    directory: Path, common: Mapping[str, str] | None = None
+) -> tuple[str, dict[str, dict[str, str]]]:
     """For `make run-cluster`: the nodes' `authorization` block with fresh passwords, and each
-    service package's broker settings. The operator's user goes to `operator.env` (mode 0600)
-    in `directory`, for `holdline dlq` and `holdline resolve` against the cluster."""
+    service package's broker settings (with `common`, e.g. the CA to verify the nodes with).
+    The operator's user goes to `operator.env` (mode 0600) in `directory`, for `holdline dlq`
+    and `holdline resolve` against the cluster."""
     users = declared_users()
     passwords = new_passwords(users)
     env = {
@@ -141,6 +144,7 @@ def cluster_access(directory: Path) -> tuple[str, dict[str, dict[str, str]]]:
             "NATS_USER": u.user,
             "NATS_PASSWORD": passwords[u.user],
             "HOLDLINE_NATS_INBOX_PREFIX": u.inbox_prefix,
+            **(common or {}),
         }
         for u in users
     }

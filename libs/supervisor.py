@@ -6,7 +6,7 @@ stop timeout, services first so they can drain, the broker last.
 
 `--cluster N` (`make run-cluster`) is scale-out on one machine: N nats-server nodes routed
 on loopback (each its own client and cluster port and store under `.data/nats-cluster/`; one
-broker user per service, libs/broker_access.py), every stream and bucket R3, two interaction
+broker user per service and TLS, libs/broker_tls.py), every stream and bucket R3, two interaction
 surfaces, two workers, and the coordinator and the policy as two partitions each. The same
 rules apply to every child, nodes included.
 """
@@ -28,7 +28,8 @@ from pathlib import Path
 import httpx
 
 from libs import callback_secret
-from libs.broker_access import cluster_access, write_private
+from libs.broker_access import write_private
+from libs.broker_tls import cluster_security
 from libs.config import env_float, env_int, env_str
 
 # A child exiting with this (sysexits' EX_CONFIG, see libs/serve.py) refused its
@@ -185,8 +186,8 @@ class Supervisor:
         config.parent.mkdir(parents=True, exist_ok=True)
         # A node that hangs (sockets open, nothing answered) loses its routes after two missed
         # pings, so requests stop going to it; with the default it would take minutes.
-        auth, self.broker_users = cluster_access(config.parent)
-        write_private(config, 'ping_interval: "2s"\nping_max: 2\n' + auth)
+        security, self.broker_users = cluster_security(config.parent)  # TLS, users
+        write_private(config, 'ping_interval: "2s"\nping_max: 2\n' + security)
         for i, (client, route) in enumerate(zip(clients, routes, strict=True)):
             store = self.root / ".data" / "nats-cluster" / f"n{i}"
             store.mkdir(parents=True, exist_ok=True)

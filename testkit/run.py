@@ -99,8 +99,8 @@ class Running:
     env: dict[str, str] = field(default_factory=dict)
 
     def operator_credentials(self) -> dict[str, str]:
-        """`--cluster`: the operator's broker user (its user, password and inbox prefix as
-        the supervisor wrote them), for a test that reads the cluster's streams."""
+        """`--cluster`: the operator's broker user (its user, password, inbox prefix and the
+        run's CA, as the supervisor wrote them), for a test that reads the cluster's streams."""
         path = Path(self.env["HOLDLINE_ROOT"]) / ".data" / "nats-cluster" / "operator.env"
         pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
         return dict(pairs)

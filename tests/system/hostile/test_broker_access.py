@@ -17,7 +17,9 @@ from nats.aio.client import Client
 from nats.js.api import StreamConfig
 
 from libs.broker_access import declared_users, inbox_for, new_passwords, server_config
-from libs.bus import Context, Topology
+from libs.broker_tls import cluster_security
+from libs.bus import Context, Topology, connect
+from libs.config import BusSettings
 from testkit.processes import Broker
 
 pytestmark = pytest.mark.timeout(60)
@@ -161,3 +163,32 @@ async def test_a_service_reads_its_durable_through_its_own_inbox(
     assert msg.data == b"x"
     await msg.ack()
     assert not await policy.violations("", timeout_s=0.3), policy.errors
+
+
+async def test_the_cluster_nodes_require_tls_and_a_service_connects_as_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`make run-cluster`'s node configuration (TLS and users): a plain or unauthenticated
+    client is refused; a service connects with its settings the way the supervisor gives
+    them."""
+    security, env = cluster_security(tmp_path)
+    config = tmp_path / "node.conf"
+    config.write_text(security)
+    broker = Broker(store=tmp_path / "store", args=("-c", str(config)))
+    broker.start()
+    try:
+        with pytest.raises(Exception):  # noqa: B017, PT011 - plain TCP: refused, whatever the error
+            await nats.connect(broker.url, allow_reconnect=False, connect_timeout=2)
+        mine = env["delivery_policy"]
+        monkeypatch.setenv("HOLDLINE_NATS_INBOX_PREFIX", mine["HOLDLINE_NATS_INBOX_PREFIX"])
+        settings = BusSettings(
+            nats_url=broker.url, nats_user=mine["NATS_USER"],
+            nats_password=mine["NATS_PASSWORD"], nats_tls_ca=mine["NATS_TLS_CA"],
+        )
+        nc = await connect(settings, name="delivery-policy")
+        try:
+            assert (await nc.jetstream().account_info()) is not None
+        finally:
+            await nc.close()
+    finally:
+        broker.stop()

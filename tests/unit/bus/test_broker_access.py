@@ -70,6 +70,8 @@ def test_the_cluster_run_gives_each_service_its_user(tmp_path: Path) -> None:
     supervisor.plan()
     config = (tmp_path / ".data" / "nats-cluster" / "node.conf").read_text()
     assert "authorization {" in config
+    assert "tls {" in config, "the nodes require TLS on their client port"
+    assert (tmp_path / ".data" / "nats-cluster" / "server-key.pem").stat().st_mode & 0o077 == 0
     assert (tmp_path / ".data" / "nats-cluster" / "node.conf").stat().st_mode & 0o077 == 0
     for child in supervisor.children:
         if child.name == "sandbox-provider":
@@ -79,6 +81,7 @@ def test_the_cluster_run_gives_each_service_its_user(tmp_path: Path) -> None:
         assert child.name.startswith(user)
         assert f'password: "{child.env["NATS_PASSWORD"]}"' in config
         assert child.env["HOLDLINE_NATS_INBOX_PREFIX"] == inbox_for(user)
+        assert child.env["NATS_TLS_CA"] == str(tmp_path / ".data" / "nats-cluster" / "ca.pem")
     operator = (tmp_path / ".data" / "nats-cluster" / "operator.env").read_text()
     assert f"NATS_USER={OPERATOR}\n" in operator
     _auth, env = cluster_access(tmp_path)
