@@ -167,12 +167,13 @@ def add_ticket_route(router: APIRouter, auth: SocketAuth) -> None:
         "/v1/sessions/{session_id}/ws-ticket",
         status_code=201,
         summary="A one-time ticket to open this session's WebSocket",
-        responses=documented_problems(401, 404),
+        responses=documented_problems(401, 404, 429),
     )
     async def ws_ticket(
         session_id: str, authorization: str | None = Header(default=None)
     ) -> JSONResponse:
         state = await auth.surface.session(session_id, authorization)
+        auth.surface.limit(state)  # each ticket is a write: the session's rate applies
         ticket = await auth.issue(state.session_id)
         return JSONResponse(
             {"ticket": ticket, "expires_in_s": auth.ttl_s}, status_code=201,
