@@ -7,21 +7,30 @@
 # deploy/k8s runs it as user 10001 with a read-only root filesystem (writable: /tmp and
 # /var/lib/holdline, the working directory).
 
-FROM python:3.11-slim AS build
+# The base image is pinned by digest (a tag can move): python 3.11.10, slim, Debian bookworm.
+# To move it, take the new digest of the official image (docker buildx imagetools inspect
+# python:3.11-slim) and set PYTHON_IMAGE (both stages use it).
+ARG PYTHON_IMAGE=python:3.11.10-slim-bookworm@sha256:5148c0e4bbb64271bca1d3322360ebf4bfb7564507ae32dd639322e4952a6b16
+
+FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 RUN python -m venv /opt/holdline
 WORKDIR /src
+# The runtime dependencies only (the server extra), every file checked against the sha256 of
+# requirements/server.txt (python -m devtools.lock); then the project without dependencies.
+COPY requirements ./requirements
+RUN /opt/holdline/bin/pip install --require-hashes --no-deps -r requirements/no-deps.txt \
+    && /opt/holdline/bin/pip install --require-hashes --no-deps -r requirements/server.txt
 COPY pyproject.toml README.md ./
 COPY libs ./libs
 COPY services ./services
 COPY holdline ./holdline
 # The demo (its sandbox provider runs in the dev overlay); production runs without it.
 COPY demo ./demo
-# The runtime dependencies only (the server extra): no [dev] extra, no editable install.
-RUN /opt/holdline/bin/pip install '.[server]'
+RUN /opt/holdline/bin/pip install --no-deps --no-build-isolation .
 
-FROM python:3.11-slim
+FROM ${PYTHON_IMAGE}
 # espeak-ng: the text-to-speech engine of the voice channel.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends espeak-ng \

@@ -8,13 +8,14 @@ PYTEST_WORKERS ?= 2
 # The unit lane: no broker, no service process (tests/unit/conftest.py refuses both).
 UNIT_TESTS := tests/unit
 
-.PHONY: help venv run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery bench-messages bench-delivery chaos dashboards docs docs-build docs-check clean
+.PHONY: help venv lock nats-values run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-cluster bench-recovery bench-messages bench-delivery chaos dashboards docs docs-build docs-check clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
 	@echo "make run-cluster  the same on a 3-node JetStream cluster, two of each service"
 	@echo "make test   install what is needed and run lint, types and the whole suite"
 	@echo "make test-fast  the unit tests: deciders, folds, plans, codecs, shells (no broker)"
+	@echo "make lock   re-resolve pyproject.toml into the hash-pinned requirements/*.txt"
 	@echo "make proto  regenerate proto/ (JSON Schemas, the AsyncAPI document) and the docs' consumer table"
 	@echo "make bench  run the benchmarks; results under bench/results/"
 	@echo "make docs   serve the docs site on http://127.0.0.1:8000 (make docs-build: build it, strict)"
@@ -100,6 +101,15 @@ docs-build: venv
 docs-check: venv
 	$(BIN)/python -m devtools.docs_reference --check
 	$(BIN)/mkdocs build --strict --site-dir .site
+
+# The hash-pinned lock files every install uses (make venv, CI, the Dockerfile); run after
+# changing a dependency in pyproject.toml (needs the package index).
+lock: venv
+	$(BIN)/python -m devtools.lock
+
+# The NATS Helm chart's users and permissions, from the services' declared roles.
+nats-values: venv
+	$(BIN)/python -m devtools.nats_values
 
 dashboards: venv
 	$(BIN)/python deploy/grafana/build.py

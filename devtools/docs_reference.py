@@ -116,8 +116,9 @@ def _service(name: str) -> str:
 SECTIONS: tuple[Section, ...] = (
     Section(
         "Broker",
-        "Every service reads these (`BusSettings`, `libs/config.py`).",
-        (Reader(_CONFIG, "BusSettings.from_env"),),
+        "Every service reads these (`BusSettings`, `libs/config.py`; the inbox prefix: "
+        "`libs/bus/inbox.py`).",
+        (Reader(_CONFIG, "BusSettings.from_env"), Reader("libs/bus/inbox.py", "inbox_prefix")),
     ),
     Section(
         "HTTP and process",

@@ -5,9 +5,10 @@ short, growing backoff (the broker included); SIGINT/SIGTERM stops everything wi
 stop timeout, services first so they can drain, the broker last.
 
 `--cluster N` (`make run-cluster`) is scale-out on one machine: N nats-server nodes routed
-on loopback (each its own client and cluster port and store under `.data/nats-cluster/`),
-every stream and bucket R3, two interaction surfaces, two workers, and the coordinator and
-the policy as two partitions each. The same rules apply to every child, nodes included.
+on loopback (each its own client and cluster port and store under `.data/nats-cluster/`; one
+broker user per service and TLS, libs/broker_tls.py), every stream and bucket R3, two interaction
+surfaces, two workers, and the coordinator and the policy as two partitions each. The same
+rules apply to every child, nodes included.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from pathlib import Path
 import httpx
 
 from libs import callback_secret, modes
+from libs.broker_access import write_private
+from libs.broker_tls import cluster_security
 from libs.config import env_float, env_int, env_str
 
 # A child exiting with this (sysexits' EX_CONFIG, see libs/serve.py) refused its
@@ -155,6 +158,7 @@ class Supervisor:
         self.children: list[Child] = []
         self.brokers: list[Child] = []
         self.broker_ports: list[int] = []
+        self.broker_users: dict[str, dict[str, str]] = {}
         self.exit_code = 0
         self.demo = True
 
@@ -182,7 +186,8 @@ class Supervisor:
         config.parent.mkdir(parents=True, exist_ok=True)
         # A node that hangs (sockets open, nothing answered) loses its routes after two missed
         # pings, so requests stop going to it; with the default it would take minutes.
-        config.write_text('ping_interval: "2s"\nping_max: 2\n')
+        security, self.broker_users = cluster_security(config.parent)  # TLS, users
+        write_private(config, 'ping_interval: "2s"\nping_max: 2\n' + security)
         for i, (client, route) in enumerate(zip(clients, routes, strict=True)):
             store = self.root / ".data" / "nats-cluster" / f"n{i}"
             store.mkdir(parents=True, exist_ok=True)
@@ -197,9 +202,7 @@ class Supervisor:
                 # Every node lists every route (its own is skipped): any node can restart alone.
                 "--routes", seeds,
             ]
-            self.brokers.append(
-                Child(name=f"nats-server-{i}", argv=argv, env=dict(broker_env))
-            )
+            self.brokers.append(Child(name=f"nats-server-{i}", argv=argv, env=dict(broker_env)))
         self.broker_ports = clients
         env["NATS_URL"] = ",".join(f"nats://127.0.0.1:{p}" for p in clients)
         env.setdefault("HOLDLINE_STREAM_REPLICAS", str(min(3, count)))
@@ -210,7 +213,9 @@ class Supervisor:
         module = package if "." in package else f"services.{package}"
         host = env_str(f"{prefix}_HOST", "127.0.0.1", self.environ)
         argv, ready = [sys.executable, "-m", module], f"http://{host}:{port}/readyz"
-        self.children.append(Child(name=name, argv=argv, env=env, ready_url=ready))
+        # Its broker user, if any (keyed by the service's package name).
+        user = self.broker_users.get(package.rsplit(".", 1)[-1], {})
+        self.children.append(Child(name=name, argv=argv, env={**env, **user}, ready_url=ready))
 
     def plan(self) -> None:
         """Decide every child's command line and environment (ValueError: refused)."""

@@ -9,11 +9,12 @@ if ! "$PYTHON" -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)
   exit 1
 fi
 
-# The silero-vad wheel only for its model file: its metadata requires torch, which the ONNX
-# model does not need, so it is installed without dependencies (pinned: the file's inputs
-# are the model version's). Part of the stamp, like pyproject.toml.
-SILERO="silero-vad==6.2.3"
-hash=$( (cat pyproject.toml; echo "$SILERO") | sha256sum | cut -c1-16)
+# Dependencies come from hash-pinned lock files (python -m devtools.lock writes them from
+# pyproject.toml): every file pip installs is checked against its sha256, nothing unlisted is
+# installed. no-deps.txt holds pip, the build tools and the silero-vad wheel (for its model file
+# only: its metadata requires torch, which the ONNX model does not need). The project itself
+# is installed from the tree, without dependencies. The stamp covers pyproject.toml and the locks.
+hash=$(cat pyproject.toml requirements/*.txt | sha256sum | cut -c1-16)
 stamp=".venv/.deps-$hash"
 
 if [ ! -x .venv/bin/python ]; then
@@ -21,10 +22,11 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 if [ ! -f "$stamp" ]; then
-  echo "installing dependencies into .venv"
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check --upgrade pip
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-  .venv/bin/python -m pip install --quiet --disable-pip-version-check --no-deps "$SILERO"
+  echo "installing dependencies into .venv (hash-checked: requirements/lock.txt)"
+  pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+  "${pip[@]}" --require-hashes --no-deps -r requirements/no-deps.txt
+  "${pip[@]}" --require-hashes --no-deps -r requirements/lock.txt
+  "${pip[@]}" --no-deps --no-build-isolation -e .
   rm -f .venv/.deps-*
   touch "$stamp"
 fi

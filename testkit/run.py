@@ -98,6 +98,13 @@ class Running:
     # The environment the supervisor was started with.
     env: dict[str, str] = field(default_factory=dict)
 
+    def operator_credentials(self) -> dict[str, str]:
+        """`--cluster`: the operator's broker user (its user, password, inbox prefix and the
+        run's CA, as the supervisor wrote them), for a test that reads the cluster's streams."""
+        path = Path(self.env["HOLDLINE_ROOT"]) / ".data" / "nats-cluster" / "operator.env"
+        pairs = (line.split("=", 1) for line in path.read_text().splitlines() if "=" in line)
+        return dict(pairs)
+
     def url(self, service: str) -> str:
         """A service's base URL."""
         return f"http://127.0.0.1:{self.ports[service]}"

@@ -171,7 +171,9 @@ def asyncapi_document() -> dict[str, Any]:
                 "The WebSocket an external agent (Pipecat, LiveKit Agents, OpenAI Realtime or "
                 "Agents SDK) keeps open to holdline: closings to say come in as "
                 "`delivery.say`; the agent reports signals and acknowledgements. Connect with "
-                "`?token=<session token>&after=<last seq seen>`."
+                "`Authorization: Bearer <session token>` and `?after=<last seq seen>`, or "
+                "`?ticket=` (from `POST /v1/sessions/{id}/ws-ticket`); `?token=<session "
+                "token>` is accepted from a local caller only."
             ),
         },
         "servers": {

@@ -177,8 +177,10 @@ class AgentStream(AsyncClosing):
         base = self._session.client.base_url.replace("http://", "ws://", 1).replace(
             "https://", "wss://", 1
         )
-        url = f"{base}/v1/sessions/{self._session.session_id}/agent?token={self._session.token}"
-        return f"{url}&after={self.last_seq}" if self.last_seq else url
+        # The token travels in the Authorization header, never in the URL (which ends up in
+        # logs; a surface refuses a URL token from a caller that is not local).
+        url = f"{base}/v1/sessions/{self._session.session_id}/agent"
+        return f"{url}?after={self.last_seq}" if self.last_seq else url
 
     async def _run(self) -> None:
         loop = asyncio.get_running_loop()
@@ -186,7 +188,10 @@ class AgentStream(AsyncClosing):
         down_since: float | None = None
         while not self._closing:
             try:
-                async with connect(self._url(), proxy=None, open_timeout=5) as ws:
+                async with connect(
+                    self._url(), proxy=None, open_timeout=5,
+                    additional_headers={"Authorization": f"Bearer {self._session.token}"},
+                ) as ws:
                     await self._opened(ws)
                     await self._read(ws)
             except InvalidStatus as exc:

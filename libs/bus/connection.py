@@ -12,6 +12,7 @@ from nats.aio.client import Client
 from libs.config import BusSettings
 
 from .client import BusClient
+from .inbox import inbox_prefix
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,8 @@ async def connect(settings: BusSettings, *, name: str) -> Client:
         "error_cb": on_error,
         "disconnected_cb": _on_disconnect,
         "reconnected_cb": _on_reconnect,
+        # A broker with per-service users lets each subscribe only to its own inboxes.
+        "inbox_prefix": inbox_prefix(),
     }
     if settings.nats_user:
         options["user"] = settings.nats_user

@@ -51,6 +51,7 @@ from .consumers import CONSUMERS, PUBLICATIONS, SERVICE
 from .consumers import DELIVERIES as DELIVERIES_CONSUMER
 from .core.extra_routes import add_extra_routes
 from .core.http import install
+from .core.sockets import SocketAuth
 from .core.surface import Started, Surface
 from .core.view import SurfaceView
 from .core.writes import SurfaceWrites
@@ -224,10 +225,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # by import path (the demo's fault proxy in demo mode), the Agent API, then voice. Each is
     # added to the app's own router, not included: FastAPI walks included routers (and sums
     # their route versions) on every request.
-    add_chat_routes(app.router, surface)
+    # One rule for both sockets: a ticket, a header, or a URL token from a local caller.
+    add_chat_routes(app.router, surface, sockets := SocketAuth(surface))
     add_extra_routes(app.router, surface, settings.routes)
     add_agent_routes(app.router, agent_api)
-    add_agent_socket(app.router, agent_api)
+    add_agent_socket(app.router, agent_api, sockets)
     telephony = install_voice(
         app, surface, calls, settings=voice_settings, ownership=ownership, executor=executor
     )

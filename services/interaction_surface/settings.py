@@ -203,8 +203,11 @@ class Settings:
     provider_url: str = "http://127.0.0.1:8090"
     # The default language of turns.
     language: str = "en"
-    # A session token is refused (401) this long after the session was opened; 0 = never.
+    # A session token is refused (401) this long after the session was opened, and the
+    # session's open WebSockets are closed then (4401); 0 = never.
     token_ttl_s: float = 86400.0
+    # How long a one-time WebSocket ticket (`POST /v1/sessions/{id}/ws-ticket`) stays valid.
+    ws_ticket_ttl_s: float = 30.0
     # `burst/per_second`: token bucket for one session's writes (turns, activity, handoff); beyond
     # it 429 with `Retry-After`; `0` disables it.
     rate_session: tuple[float, float] = (30.0, 5.0)
@@ -262,6 +265,7 @@ class Settings:
             provider_url=tools.provider_url,
             language=env_str("HOLDLINE_LANGUAGE", "en"),
             token_ttl_s=env_float("HOLDLINE_TOKEN_TTL_S", 86400.0),
+            ws_ticket_ttl_s=env_float("HOLDLINE_WS_TICKET_TTL_S", 30.0),
             rate_session=_rate("HOLDLINE_RATE_SESSION", "30/5"),
             rate_tenant=_rate("HOLDLINE_RATE_TENANT", "1000/100"),
             model_modules=model_modules(),

@@ -22,19 +22,19 @@ from holdline.client.frames import CLIENT_FRAME, AckedFrame, ErrorFrame, HelloFr
 from libs.problems import problem
 
 from ..core.http import ProblemError, deny
+from ..core.sockets import SocketAuth
 from .acks import AckRefused
 from .connections import AgentConnection
 from .routes import AgentApi
 
 
-def add_agent_socket(router: APIRouter, api: AgentApi) -> None:
+def add_agent_socket(router: APIRouter, api: AgentApi, sockets: SocketAuth) -> None:
     """The agent's WebSocket route."""
-    surface = api.surface
 
     @router.websocket("/v1/sessions/{session_id}/agent")
     async def agent(websocket: WebSocket, session_id: str) -> None:
         try:
-            state = await surface.session_for_token(session_id, websocket.query_params.get("token"))
+            state = await sockets.session(websocket, session_id)
             after = _after(websocket.query_params.get("after"))
         except ProblemError as exc:
             await deny(websocket, exc.response())
@@ -53,7 +53,8 @@ def add_agent_socket(router: APIRouter, api: AgentApi) -> None:
             await conn.send(
                 HelloFrame(session_id=session_id, connection_id=conn.connection_id, after=after)
             )
-            await _serve(api, conn)
+            async with sockets.until_expiry(websocket, session_id):
+                await _serve(api, conn)
         finally:
             # Recorded even when the handler is cancelled (shutdown): nothing stays `sent`.
             await asyncio.shield(api.channel.disconnect(conn))

@@ -3,7 +3,7 @@ activity, handoff.
 
 `POST /v1/sessions` needs a tenant credential off loopback (identity.py) and an agent the
 tenant may use (libs/tools/agents.py, as does a handoff); every other
-route is a session's (bearer token, or `?token=` on the stream) and is checked by the
+route is a session's (bearer token; the stream's WebSocket: core/sockets.py) and is checked by the
 shared `Surface` (`core/surface.py`, `core/http.py`): body limits, strict decoding, tokens,
 expiry and rate limits are the same for chat, voice and the Agent API.
 `DELETE /v1/sessions/{id}` closes and erases a session: afterwards it answers 404 like any
@@ -35,6 +35,7 @@ from ..core.diagnosis import diagnose
 from ..core.http import ProblemError, deny, documented_problems, request_body
 from ..core.session_log import ERASED, decode_cursor
 from ..core.snapshot import build_snapshot, causal_order, timeline_item
+from ..core.sockets import SocketAuth, add_ticket_route
 from ..core.surface import Surface
 from .stream import SessionStream
 from .turn_log import TurnBusy, TurnPending
@@ -95,10 +96,11 @@ class ErasedOut(BaseModel):
     pending_operations: list[str]
 
 
-def add_chat_routes(router: APIRouter, surface: Surface) -> None:
+def add_chat_routes(router: APIRouter, surface: Surface, sockets: SocketAuth) -> None:
     """Every route of the chat API, over the shared surface (its turns once started)."""
     _write_routes(router, surface)
-    _read_routes(router, surface)
+    _read_routes(router, surface, sockets)
+    add_ticket_route(router, sockets)
 
 
 def _write_routes(router: APIRouter, surface: Surface) -> None:
@@ -202,7 +204,7 @@ async def _caught_up(surface: Surface, session_id: str) -> None:
     await surface.view.sync()
 
 
-def _read_routes(router: APIRouter, surface: Surface) -> None:
+def _read_routes(router: APIRouter, surface: Surface, sockets: SocketAuth) -> None:
     settings = surface.settings
 
     @router.get("/v1/sessions/{session_id}", responses=documented_problems(401, 404))
@@ -288,7 +290,7 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
     @router.websocket("/v1/sessions/{session_id}/stream")
     async def stream(websocket: WebSocket, session_id: str) -> None:
         try:
-            await surface.session_for_token(session_id, websocket.query_params.get("token"))
+            await sockets.session(websocket, session_id)
             after = decode_cursor(websocket.query_params.get("after"))
         except ProblemError as exc:
             await deny(websocket, exc.response())
@@ -297,7 +299,8 @@ def _read_routes(router: APIRouter, surface: Surface) -> None:
             await deny(websocket, problem(400, "Bad request", str(exc)))
             return
         await websocket.accept()
-        await SessionStream(surface.view, websocket, session_id).run(after)
+        async with sockets.until_expiry(websocket, session_id):
+            await SessionStream(surface.view, websocket, session_id).run(after)
 
 
 async def erase_session(surface: Surface, state: SessionState) -> list[str]:

@@ -119,16 +119,17 @@ async def deny(websocket: WebSocket, response: Response) -> None:
         await websocket.close(code=4000 + response.status_code)
 
 
-_TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s\"']+")
+_TOKEN_IN_QUERY = re.compile(r"([?&](?:token|ticket)=)[^&\s\"']+")
 
 
 class RedactTokens(logging.Filter):
-    """Hides `?token=` values: uvicorn logs every WebSocket's path with its query string."""
+    """Hides `?token=` and `?ticket=` values: uvicorn logs every WebSocket's path with its
+    query string."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         """Rewrite the record's message without the token; never drop the record."""
         message = record.getMessage()
-        if "token=" in message:
+        if "token=" in message or "ticket=" in message:
             record.msg = _TOKEN_IN_QUERY.sub(r"\1<redacted>", message)
             record.args = None
         return True

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -145,23 +145,41 @@ class Surface:
             token(session_id)
         except InvalidSubjectToken:
             raise not_found() from None
-        state = self.view.session(session_id)
-        if state is None:
-            # Opened through another process a moment ago: catch up once.
-            await self.view.sync()
-            state = self.view.session(session_id)
+        state = await self._caught_up(session_id)
         if not token_matches(state, presented) or state is None:
             raise not_found()
         self._check_expiry(session_id)
         return state
 
-    def _check_expiry(self, session_id: str) -> None:
-        # Only the holder of the right token learns that it expired; others get the 404.
+    async def known_session(self, session_id: str) -> SessionState:
+        """The session, its token unexpired, for a caller proven otherwise (a WebSocket
+        ticket, core/sockets.py); 404 when there is none."""
+        state = await self._caught_up(session_id)
+        if state is None:
+            raise not_found()
+        self._check_expiry(session_id)
+        return state
+
+    async def _caught_up(self, session_id: str) -> SessionState | None:
+        state = self.view.session(session_id)
+        if state is None:
+            # Opened through another process a moment ago: catch up once.
+            await self.view.sync()
+            state = self.view.session(session_id)
+        return state
+
+    def token_expires_at(self, session_id: str) -> datetime | None:
+        """When the session's token expires (None: never, `HOLDLINE_TOKEN_TTL_S=0`)."""
         ttl = self.settings.token_ttl_s
         found = self.view.log(session_id)
         if ttl <= 0 or found is None or found.opened_at is None:
-            return
-        if (self.clock.now() - found.opened_at).total_seconds() > ttl:
+            return None
+        return found.opened_at + timedelta(seconds=ttl)
+
+    def _check_expiry(self, session_id: str) -> None:
+        # Only the holder of the right token learns that it expired; others get the 404.
+        expires = self.token_expires_at(session_id)
+        if expires is not None and self.clock.now() > expires:
             raise ProblemError(
                 401,
                 "Unauthorized",

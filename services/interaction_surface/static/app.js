@@ -74,19 +74,35 @@ async function startSession(fresh) {
 
 // ---------------------------------------------------------------- stream
 
-function connect() {
-  if (state.ws) { state.ws.onclose = null; state.ws.close(); }
+async function connect() {
+  if (state.ws) { state.ws.onclose = null; state.ws.close(); state.ws = null; }
+  const session = state.session;
+  const retry = () => {
+    setConn(false);
+    const delay = Math.min(5000, 250 * 2 ** state.retry++);
+    setTimeout(() => { if (state.session === session && !state.ws) connect(); }, delay);
+  };
+  // A one-time ticket opens the socket, never the session token: a URL ends up in logs.
+  let ticket;
+  try {
+    ticket = (await api("POST", `/v1/sessions/${session.session_id}/ws-ticket`)).ticket;
+  } catch (err) {
+    if (err.status === 401 || err.status === 404) { setConn(false); return; }  // expired, gone
+    retry();
+    return;
+  }
+  if (state.session !== session || state.ws) return;
   const proto = location.protocol === "https:" ? "wss" : "ws";
-  let url = `${proto}://${location.host}/v1/sessions/${state.session.session_id}/stream?token=${encodeURIComponent(state.session.token)}`;
+  let url = `${proto}://${location.host}/v1/sessions/${session.session_id}/stream?ticket=${encodeURIComponent(ticket)}`;
   if (state.cursor) url += `&after=${encodeURIComponent(state.cursor)}`;
   const ws = new WebSocket(url);
   state.ws = ws;
   ws.onopen = () => { state.retry = 0; setConn(true); };
   ws.onmessage = (msg) => onFrame(JSON.parse(msg.data));
   ws.onclose = () => {
-    setConn(false);
-    const delay = Math.min(5000, 250 * 2 ** state.retry++);
-    setTimeout(() => { if (state.ws === ws) connect(); }, delay);
+    if (state.ws !== ws) return;
+    state.ws = null;
+    retry();
   };
 }
 

@@ -29,6 +29,7 @@ _BODIES: dict[tuple[str, str], dict[str, Any] | None] = {
     ("post", "/v1/sessions/{session_id}/signals"): {"user_speaking": True},
     ("get", "/v1/sessions/{session_id}/pending"): None,
     ("post", "/v1/sessions/{session_id}/deliveries/{delivery_id}/ack"): {"status": "spoken"},
+    ("post", "/v1/sessions/{session_id}/ws-ticket"): None,
 }
 
 

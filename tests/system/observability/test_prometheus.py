@@ -16,6 +16,7 @@ import importlib.util
 import math
 import os
 import signal
+import ssl
 import sys
 import time
 import uuid
@@ -143,7 +144,14 @@ def _targets(running: Running, cluster: bool) -> dict[str, list[str]]:
 
 async def _replicas(running: Running) -> set[int]:
     urls = [f"nats://127.0.0.1:{p}" for p in running.env["NATS_PORTS"].split(",")]
-    nc = await nats.connect(servers=urls)
+    # The cluster has one user per service and TLS: the operator's user may read every
+    # stream's settings.
+    creds = running.operator_credentials()
+    nc = await nats.connect(
+        servers=urls, user=creds["NATS_USER"], password=creds["NATS_PASSWORD"],
+        inbox_prefix=creds["HOLDLINE_NATS_INBOX_PREFIX"],
+        tls=ssl.create_default_context(cafile=creds["NATS_TLS_CA"]),
+    )
     try:
         js = nc.jetstream()
         topology = Topology(running.env.get("HOLDLINE_PREFIX") or "hl")
