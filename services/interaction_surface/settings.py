@@ -24,6 +24,7 @@
 - `HOLDLINE_RATE_SESSION` `burst/per_second` (`30/5`) and `HOLDLINE_RATE_TENANT`
   (`1000/100`): token buckets for session writes (turns, activity, handoff) per session
   and per tenant; beyond them 429 problem+json with `Retry-After`; `0` disables one
+- `HOLDLINE_ERASURE_SWEEP_S` (5): how often erased sessions' settled business is purged
 - `HOLDLINE_MODEL_MODULES` `module,...` (empty): imported before the model is chosen, so
   they can register models of their own (`libs.models.register`)
 - `HOLDLINE_MODEL` and its adapters' `OPENAI_*`, `HOLDLINE_MODEL_*`: `ModelSettings.from_env`
@@ -206,6 +207,9 @@ class Settings:
     rate_session: tuple[float, float] = (30.0, 5.0)
     # `burst/per_second`: the same per tenant; `0` disables it.
     rate_tenant: tuple[float, float] = (1000.0, 100.0)
+    # How often (seconds) erased sessions are looked at again, to purge their operations,
+    # batches and deliveries once settled (core/erasure.py); 0 = only at the erasure.
+    erasure_sweep_s: float = 5.0
     # `module,...`: imported before the model is chosen, so they can register models of their own
     # (`libs.models.register`).
     model_modules: tuple[str, ...] = ()
@@ -260,6 +264,7 @@ class Settings:
             token_ttl_s=env_float("HOLDLINE_TOKEN_TTL_S", 86400.0),
             rate_session=_rate("HOLDLINE_RATE_SESSION", "30/5"),
             rate_tenant=_rate("HOLDLINE_RATE_TENANT", "1000/100"),
+            erasure_sweep_s=env_float("HOLDLINE_ERASURE_SWEEP_S", 5.0),
             model_modules=tuple(
                 n.strip() for n in env_str("HOLDLINE_MODEL_MODULES", "").split(",") if n.strip()
             ),

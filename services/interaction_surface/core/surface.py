@@ -29,6 +29,7 @@ from libs.tools import AgentDeclaration, agent_refusal
 from ..auth import bearer, token_matches
 from ..identity import Identity, IdentityRefused, JwtVerifier, identify, is_local
 from ..settings import Settings
+from .erasure import Eraser, Sweeper
 from .http import ProblemError, not_found
 from .ratelimit import RateLimited, RateLimiter
 from .view import SurfaceView
@@ -72,9 +73,15 @@ class Surface:
     # The declared agents (libs/tools/agents.py; empty: any agent name).
     agents: Mapping[str, AgentDeclaration] = field(default_factory=dict)
     limiter: RateLimiter = field(init=False)
+    # Purges erased sessions from the broker's streams and buckets (core/erasure.py).
+    eraser: Eraser = field(init=False)
+    sweeper: Sweeper = field(init=False)
 
     def __post_init__(self) -> None:
         self.limiter = RateLimiter(self.settings.rate_session, self.settings.rate_tenant)
+        runtime = self.runtime
+        self.eraser = Eraser(self.view, runtime.topology, lambda: runtime.jetstream)
+        self.sweeper = Sweeper(self.eraser.sweep, self.settings.erasure_sweep_s)
 
     def identify(
         self, peer: str | None, headers: Mapping[str, str], user_id: str, tenant_id: str | None

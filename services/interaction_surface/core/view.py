@@ -307,8 +307,11 @@ class SurfaceView:
         for context in STREAMS:
             info = await js.stream_info(topology.stream_name(context))
             targets[context] = int(info.state.last_seq or 0)
-            if targets[context] > 0:
+            if info.state.messages:
                 pending.add(context)
+            else:
+                # Empty, or every message purged (an erasure): nothing to wait for.
+                self._advance(context, targets[context])
         if not pending:
             self.caught_up.set()
         for context in STREAMS:
@@ -330,7 +333,8 @@ class SurfaceView:
         feeds = self.operation_feeds if context is Context.OPERATIONS else []
 
         async def on_msg(msg: Msg) -> None:
-            seq = position(msg.reply).stream_seq
+            where = position(msg.reply)
+            seq = where.stream_seq
             try:
                 env = codec.decode(msg.data)
             except EventDecodeError as exc:
@@ -340,8 +344,10 @@ class SurfaceView:
                 if feeds:
                     for feed in feeds:
                         feed(env, seq)
-            self._advance(context, seq)
-            if seq >= target and context in pending:
+            # Nothing stored after it: the stream's later sequences up to the target were
+            # purged (an erasure), so the stream is applied up to the target.
+            self._advance(context, target if where.num_pending == 0 and seq < target else seq)
+            if (seq >= target or where.num_pending == 0) and context in pending:
                 pending.discard(context)
                 if not pending:
                     self.caught_up.set()

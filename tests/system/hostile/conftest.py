@@ -18,6 +18,11 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         broker.url,
         tmp_path_factory.mktemp("hostile"),
         "h",
-        env={"TWILIO_AUTH_TOKEN": AUTH_TOKEN, "HOLDLINE_VAD_ENDPOINT_MS": "400"},
+        env={
+            "TWILIO_AUTH_TOKEN": AUTH_TOKEN,
+            "HOLDLINE_VAD_ENDPOINT_MS": "400",
+            # Erased sessions' settled business is purged within a second (test_erasure_scan).
+            "HOLDLINE_ERASURE_SWEEP_S": "0.5",
+        },
     ) as running:
         yield running
