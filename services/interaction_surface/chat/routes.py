@@ -104,15 +104,17 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
 
     @router.post(
         "/v1/sessions", status_code=201,
-        responses=documented_problems(400, 401, 403, 404, 413, 422),
+        responses=documented_problems(400, 401, 403, 404, 413, 422, 429),
     )
     async def create_session(request: Request) -> Response:
-        body = await request_body(request, CreateSessionBody, settings.max_body_bytes)
         peer = request.client.host if request.client else None
+        surface.limit_address(peer, request.headers)
+        body = await request_body(request, CreateSessionBody, settings.max_body_bytes)
         who = surface.identify(peer, request.headers, body.user_id, body.tenant_id)
         tenant = who.tenant_id
         agent = body.agent or settings.default_agent
         surface.check_agent(tenant, agent)
+        surface.limit_open(tenant)
         session_id = surface.ids.new("s")
         issued = new_token()
         await surface.append_interaction(
