@@ -28,6 +28,9 @@
 - `HOLDLINE_RATE_OPEN_TENANT` (`300/30`) and `HOLDLINE_RATE_OPEN_ADDRESS` (`60/6`): session
   openings per tenant and per client address (loopback exempt)
 - `HOLDLINE_ERASURE_SWEEP_S` (5): how often erased sessions' settled business is purged
+  and idle sessions are evicted
+- `HOLDLINE_SESSION_IDLE_S` (1800): an idle, settled session leaves the surface's memory
+  and is read back from the streams on demand; 0 = never
 - `HOLDLINE_MODEL_MODULES` `module,...` (empty): imported before the model is chosen, so
   they can register models of their own (`libs.models.register`)
 - `HOLDLINE_MODEL` and its adapters' `OPENAI_*`, `HOLDLINE_MODEL_*`: `ModelSettings.from_env`
@@ -216,6 +219,10 @@ class Settings:
     # `burst/per_second`: sessions one client address (the TCP peer; loopback is exempt) may
     # open, whatever the tenant; `0` disables it.
     rate_open_address: tuple[float, float] = (60.0, 6.0)
+    # A session nothing happened to for this long (seconds), with nothing of it running, leaves
+    # the surface's memory and is read back from the streams when next asked for
+    # (core/eviction.py); checked every `HOLDLINE_ERASURE_SWEEP_S`; 0 = kept for ever.
+    session_idle_s: float = 1800.0
     # How often (seconds) erased sessions are looked at again, to purge their operations,
     # batches and deliveries once settled (core/erasure.py); 0 = only at the erasure.
     erasure_sweep_s: float = 5.0
@@ -275,6 +282,7 @@ class Settings:
             rate_tenant=_rate("HOLDLINE_RATE_TENANT", "1000/100"),
             rate_open_tenant=_rate("HOLDLINE_RATE_OPEN_TENANT", "300/30"),
             rate_open_address=_rate("HOLDLINE_RATE_OPEN_ADDRESS", "60/6"),
+            session_idle_s=env_float("HOLDLINE_SESSION_IDLE_S", 1800.0),
             erasure_sweep_s=env_float("HOLDLINE_ERASURE_SWEEP_S", 5.0),
             model_modules=tuple(
                 n.strip() for n in env_str("HOLDLINE_MODEL_MODULES", "").split(",") if n.strip()

@@ -30,6 +30,7 @@ from ..auth import bearer, token_matches
 from ..identity import Identity, IdentityRefused, JwtVerifier, identify, is_local
 from ..settings import Settings
 from .erasure import Eraser, Sweeper
+from .eviction import evict_idle, touch
 from .http import ProblemError, not_found
 from .ratelimit import RateLimited, RateLimiter
 from .view import SurfaceView
@@ -85,7 +86,13 @@ class Surface:
         )
         runtime = self.runtime
         self.eraser = Eraser(self.view, runtime.topology, lambda: runtime.jetstream)
-        self.sweeper = Sweeper(self.eraser.sweep, self.settings.erasure_sweep_s)
+        self.sweeper = Sweeper(self.housekeep, self.settings.erasure_sweep_s)
+
+    async def housekeep(self) -> int:
+        """One pass of the sweeper: purge erased sessions that settled, evict idle ones."""
+        purged = await self.eraser.sweep()
+        evict_idle(self.view, self.settings.session_idle_s)
+        return purged
 
     def identify(
         self, peer: str | None, headers: Mapping[str, str], user_id: str, tenant_id: str | None
@@ -169,6 +176,9 @@ class Surface:
             token(session_id)
         except InvalidSubjectToken:
             raise not_found() from None
+        if session_id in self.view.evicted:
+            await self.view.restore(session_id)
+        touch(self.view, session_id)
         state = self.view.session(session_id)
         if state is None:
             # Opened through another process a moment ago: catch up once.
