@@ -77,7 +77,8 @@ def evict_idle(view: Any, idle_s: float, now: float | None = None) -> int:
         forget(view, found)
         view.evicted.add(found.session_id)
     if gone:
-        log.info("evicted %d idle sessions from memory", len(gone))
+        named = ", ".join(f.session_id for f in gone[:5])
+        log.info("evicted %d idle sessions from memory (%s)", len(gone), named)
     return len(gone)
 
 
