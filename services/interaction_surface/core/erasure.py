@@ -7,9 +7,10 @@ session is purged by subject filter, which JetStream allows on streams that deny
   `erased` marker), its control subject, its dead letters (`<prefix>.dlq.*.<session>`) and
   its KV entries that hold text (the Agent API's stored tool-call answers, `hl_turns`);
 - once its business is settled (every operation terminal, every batch closed, no delivery
-  open): every operation, batch, delivery and work message of the session. Operations
-  admitted before the erasure keep running to their outcome first (their events are the
-  worker's and the coordinator's state until then); the sweeper (`ErasureSweeper`) purges
+  open; or every operation terminal for `GRACE_S`): every operation, batch, delivery and
+  work message of the session. Operations admitted before the erasure keep running to
+  their outcome first (their events are the worker's and the coordinator's state until
+  then); the sweeper (`Sweeper` over `Eraser.sweep`) purges
   again whenever an erased session's streams grow, so a late event is purged too.
 
 What remains is listed in docs/guides/erasure-and-limits.md: the marker, the effects at the
@@ -22,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from nats.js import JetStreamContext
@@ -42,6 +44,9 @@ SETTLED: tuple[Context, ...] = (
     Context.DELIVERIES,
     Context.WORK,
 )
+# How long after an erasure a session whose operations are all terminal is purged even with
+# a batch or a delivery still open (seconds).
+GRACE_S = 120.0
 # The view's streams whose growth after a purge means something is left to purge.
 _FOLLOWED = (Context.CONTROL, Context.OPERATIONS, Context.BATCHES, Context.DELIVERIES)
 
@@ -80,8 +85,10 @@ class Eraser:
         self._view = view
         self._topology = topology
         self._js = jetstream
-        # Per erased session, the view's marks when it was last purged in full.
+        # Per erased session, the view's marks when it was last purged in full, and when this
+        # process first saw it erased.
         self._purged: dict[str, tuple[int, ...]] = {}
+        self._seen: dict[str, float] = {}
 
     async def purge_now(self, session_id: str) -> None:
         """What goes at once: the interaction subject but its marker, control, dead letters,
@@ -101,7 +108,15 @@ class Eraser:
         """Purge the session's business events if settled and not purged since they last
         grew; True when it purged."""
         found = self._view.log(session_id)
-        if found is None or not found.erased or not settled(self._view, session_id):
+        if found is None or not found.erased:
+            return False
+        first = self._seen.setdefault(session_id, time.monotonic())
+        if not settled(self._view, session_id) and not (
+            # A closing that waits for a turn that will never come: once every operation is
+            # terminal and a grace period passed, the session is purged anyway.
+            time.monotonic() - first >= GRACE_S
+            and all(o.terminal for o in self._view.session_operations(session_id))
+        ):
             return False
         marks = _marks(found)
         if self._purged.get(session_id) == marks:
