@@ -25,7 +25,7 @@
   (`1000/100`): token buckets for session writes (turns, activity, handoff) per session
   and per tenant, agent WebSocket frames and connects included; beyond them 429
   problem+json with `Retry-After` (an `error` frame on the socket); `0` disables one
-- `HOLDLINE_RATE_OPEN_TENANT` (`300/30`) and `HOLDLINE_RATE_OPEN_ADDRESS` (`60/6`): session
+- `HOLDLINE_RATE_OPEN_TENANT` (`1000/100`) and `HOLDLINE_RATE_OPEN_ADDRESS` (`60/6`): session
   openings per tenant and per client address (loopback exempt)
 - `HOLDLINE_ERASURE_SWEEP_S` (5): how often erased sessions' settled business is purged
   and idle sessions are evicted
@@ -215,7 +215,7 @@ class Settings:
     rate_tenant: tuple[float, float] = (1000.0, 100.0)
     # `burst/per_second`: sessions one tenant may open (`POST /v1/sessions`); beyond it 429 with
     # `Retry-After`; `0` disables it.
-    rate_open_tenant: tuple[float, float] = (300.0, 30.0)
+    rate_open_tenant: tuple[float, float] = (1000.0, 100.0)
     # `burst/per_second`: sessions one client address (the TCP peer; loopback is exempt) may
     # open, whatever the tenant; `0` disables it.
     rate_open_address: tuple[float, float] = (60.0, 6.0)
@@ -280,7 +280,7 @@ class Settings:
             token_ttl_s=env_float("HOLDLINE_TOKEN_TTL_S", 86400.0),
             rate_session=_rate("HOLDLINE_RATE_SESSION", "30/5"),
             rate_tenant=_rate("HOLDLINE_RATE_TENANT", "1000/100"),
-            rate_open_tenant=_rate("HOLDLINE_RATE_OPEN_TENANT", "300/30"),
+            rate_open_tenant=_rate("HOLDLINE_RATE_OPEN_TENANT", "1000/100"),
             rate_open_address=_rate("HOLDLINE_RATE_OPEN_ADDRESS", "60/6"),
             session_idle_s=env_float("HOLDLINE_SESSION_IDLE_S", 1800.0),
             erasure_sweep_s=env_float("HOLDLINE_ERASURE_SWEEP_S", 5.0),
