@@ -97,6 +97,7 @@ CLASSES: dict[str, ClassRef] = {
     "ModelSettings": ClassRef(_CONFIG, "ModelSettings"),
     "ToolSettings": ClassRef(_CONFIG, "ToolSettings"),
     "Partition": ClassRef("libs/bus/topology.py", "Partition"),
+    "StreamLimits": ClassRef("libs/bus/limits.py", "StreamLimits"),
     "GatePolicy": ClassRef("libs/domain/gate_policy.py", "GatePolicy"),
     "JwtSettings": ClassRef("services/interaction_surface/settings.py", "JwtSettings"),
     "VoiceSettings": ClassRef(_VOICE, "VoiceSettings"),
@@ -119,6 +120,12 @@ SECTIONS: tuple[Section, ...] = (
         "Every service reads these (`BusSettings`, `libs/config.py`; the inbox prefix: "
         "`libs/bus/inbox.py`).",
         (Reader(_CONFIG, "BusSettings.from_env"), Reader("libs/bus/inbox.py", "inbox_prefix")),
+    ),
+    Section(
+        "Stream limits",
+        "Every service that declares the streams (`StreamLimits`, `libs/bus/limits.py`; why "
+        "each stream has its limit: [Erasure and limits](../guides/erasure-and-limits.md)).",
+        (Reader("libs/bus/limits.py", "StreamLimits.from_env"),),
     ),
     Section(
         "HTTP and process",

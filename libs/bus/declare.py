@@ -20,6 +20,7 @@ from nats.js.errors import BadRequestError, NotFoundError
 
 from libs.config import BusSettings
 
+from .limits import StreamLimits
 from .topology import BUCKETS, Context, StreamSpec, Topology
 
 log = logging.getLogger(__name__)
@@ -37,8 +38,15 @@ class ConsumerSpec:
     max_ack_pending: int = 1000
 
 
-def stream_config(spec: StreamSpec, settings: BusSettings) -> StreamConfig:
-    """The JetStream configuration for one stream (file storage, dedup window)."""
+def stream_config(
+    spec: StreamSpec, settings: BusSettings, limits: StreamLimits | None = None
+) -> StreamConfig:
+    """The JetStream configuration for one stream (file storage, dedup window, limits).
+
+    Event streams and the work queue discard *new* messages when full: an append is refused,
+    a stored event is never dropped. Dead letters age out (libs/bus/limits.py)."""
+    limits = limits or StreamLimits()
+    dead_letters = spec.context is Context.DLQ
     return StreamConfig(
         name=spec.name,
         description=spec.description,
@@ -48,16 +56,24 @@ def stream_config(spec: StreamSpec, settings: BusSettings) -> StreamConfig:
         num_replicas=settings.replicas,
         duplicate_window=settings.duplicate_window_s,
         max_msg_size=settings.max_event_bytes,
-        discard=DiscardPolicy.OLD,
+        discard=DiscardPolicy.OLD if dead_letters else DiscardPolicy.NEW,
+        max_bytes=-1 if dead_letters else limits.max_bytes,
+        max_msgs=-1 if dead_letters else limits.max_msgs,
+        max_age=limits.dlq_max_age_s if dead_letters else 0,
         # Events are immutable history: nobody deletes them through the API.
         deny_delete=not spec.work_queue,
         allow_direct=True,
     )
 
 
-async def ensure_stream(js: JetStreamContext, spec: StreamSpec, settings: BusSettings) -> None:
+async def ensure_stream(
+    js: JetStreamContext,
+    spec: StreamSpec,
+    settings: BusSettings,
+    limits: StreamLimits | None = None,
+) -> None:
     """Create a stream, or bring an existing one to the declared configuration."""
-    config = stream_config(spec, settings)
+    config = stream_config(spec, settings, limits)
     try:
         await js.stream_info(spec.name)
     except NotFoundError:
@@ -71,10 +87,16 @@ async def ensure_stream(js: JetStreamContext, spec: StreamSpec, settings: BusSet
         log.warning("stream %s kept its configuration: %s", spec.name, exc.description)
 
 
-async def ensure_streams(js: JetStreamContext, topology: Topology, settings: BusSettings) -> None:
-    """Declare every stream of the topology."""
+async def ensure_streams(
+    js: JetStreamContext,
+    topology: Topology,
+    settings: BusSettings,
+    limits: StreamLimits | None = None,
+) -> None:
+    """Declare every stream of the topology (limits: the environment's by default)."""
+    limits = limits or StreamLimits.from_env()
     for spec in topology.streams():
-        await ensure_stream(js, spec, settings)
+        await ensure_stream(js, spec, settings, limits)
 
 
 async def ensure_buckets(js: JetStreamContext, topology: Topology, settings: BusSettings) -> None:

@@ -10,7 +10,9 @@ Hardening: the declared headers (credentials from `${ENV}`) go with every reques
 answer over `max_response_bytes` is not read further and fails the attempt; each exchange
 has a total deadline (the attempt timeout) on top of the per-phase ones; a URL whose values
 would change the resource it names is refused before anything is sent; errors name the
-endpoint's template and the field, never a filled-in URL or a header value.
+endpoint's template and the field, never a filled-in URL or a header value. Every request
+names the session's tenant and user in signed headers (identity_headers.py), also usable
+in URL templates as `{holdline.tenant}` and `{holdline.user}`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from .executor import (
     bad_callback,
     bad_signature,
 )
+from .identity_headers import identity_headers
 from .templates import Template, TemplateError, dig
 from .wire import Answer, HttpClient, ResponseTooLarge, classify_exception
 
@@ -105,6 +108,8 @@ class HttpSpec:
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
     # Sent with every request (credentials, read from the environment at start).
     headers: tuple[tuple[str, str], ...] = ()
+    # Signs the tenant and user headers (identity_headers.py); None: sent unsigned.
+    identity_secret: bytes | None = None
 
 
 def retry_after_s(value: str | None, *, now: float) -> float | None:
@@ -150,13 +155,23 @@ class HttpExecutor:
             **_public(call.arguments),
             "idempotency_key": call.idempotency_key,
             "result": dict(result or {}),
+            # `{holdline.tenant}`, `{holdline.user}`: the session's, never an argument's.
+            "holdline": {"tenant": call.tenant_id, "user": call.user_id},
         }
 
     async def _send(
-        self, endpoint: Endpoint, url: str, *, timeout_s: float, **kwargs: Any
+        self, endpoint: Endpoint, url: str, call: OperationCall, *, timeout_s: float,
+        **kwargs: Any,
     ) -> Answer:
-        """One exchange with the declared headers, the size cap and a total deadline."""
-        headers = {**dict(self._spec.headers), **kwargs.pop("headers", {})}
+        """One exchange with the declared headers, the tenant and user signed, the size cap
+        and a total deadline."""
+        headers = {
+            **dict(self._spec.headers),
+            **identity_headers(
+                call.tenant_id, call.user_id, secret=self._spec.identity_secret, now=time.time()
+            ),
+            **kwargs.pop("headers", {}),
+        }
         try:
             async with asyncio.timeout(timeout_s):
                 return await self._client.request(
@@ -226,11 +241,11 @@ class HttpExecutor:
             if endpoint.method == "GET":
                 params = {k: str(v) for k, v in body.items() if k not in endpoint.url.fields}
                 response = await self._send(
-                    endpoint, url, params=params, headers=headers, timeout_s=timeout_s
+                    endpoint, url, call, params=params, headers=headers, timeout_s=timeout_s
                 )
             else:
                 response = await self._send(
-                    endpoint, url, json=body, headers=headers, timeout_s=timeout_s
+                    endpoint, url, call, json=body, headers=headers, timeout_s=timeout_s
                 )
         except ResponseTooLarge as exc:
             return AttemptResult(
@@ -250,7 +265,7 @@ class HttpExecutor:
             return Lookup("error", detail="no http.lookup declared")
         try:
             url = endpoint.url.render(self._values(call, call.result), url=True)
-            response = await self._send(endpoint, url, timeout_s=timeout_s)
+            response = await self._send(endpoint, url, call, timeout_s=timeout_s)
         except TemplateError as exc:
             return Lookup("error", detail=f"lookup URL: {exc}")
         except ResponseTooLarge as exc:
@@ -284,7 +299,7 @@ class HttpExecutor:
         if endpoint.idempotency_header:
             headers[endpoint.idempotency_header] = f"{call.idempotency_key}:cancel"
         try:
-            response = await self._send(endpoint, url, headers=headers, timeout_s=timeout_s)
+            response = await self._send(endpoint, url, call, headers=headers, timeout_s=timeout_s)
         except httpx.HTTPError as exc:
             return Lookup("error", detail=self._scrubbed(endpoint, exc))
         if 200 <= response.status_code < 300:

@@ -22,12 +22,13 @@ from .http import (
 )
 from .templates import Template, TemplateError
 
+IDENTITY_FIELDS = frozenset({"holdline.tenant", "holdline.user"})
 _METHODS = frozenset({"GET", "POST", "PUT", "PATCH", "DELETE"})
 _HEADER = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 _HTTP = frozenset(
     {
         "execute", "lookup", "cancel", "retryable", "id_field", "status", "callback",
-        "max_response_bytes", "headers",
+        "max_response_bytes", "headers", "identity_secret_env",
     }
 )
 _STATUS = frozenset({"field", "pending", "failed", "cancelled"})
@@ -63,7 +64,8 @@ def _endpoint(
             f"{field}.url",
             f"{{{in_origin[0]}}} is in the scheme or host; fields may fill the path and query only",
         )
-    unknown = template.unknown(allowed, result=field.endswith("cancel"))
+    # The session's tenant and user (identity_headers.py) may fill the path and query too.
+    unknown = template.unknown(allowed | IDENTITY_FIELDS, result=field.endswith("cancel"))
     if unknown:
         raise entry.error(f"{field}.url", f"{{{unknown[0]}}} is not an argument of the tool")
     header = table.get("idempotency_header", "Idempotency-Key") if mutation else None
@@ -179,7 +181,22 @@ def http_spec(
         callbacks=callbacks,
         max_response_bytes=_max_bytes(entry, table, max_response_bytes),
         headers=_headers(entry, table.get("headers", {})),
+        identity_secret=_secret(entry, table),
     )
+
+
+def _secret(entry: FileEntry, table: Mapping[str, Any]) -> bytes | None:
+    """`identity_secret_env`: the variable holding the key the identity headers are signed
+    with (unset: they go unsigned); a variable that is not set stops the declaration."""
+    name = table.get("identity_secret_env")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name:
+        raise entry.error("http.identity_secret_env", "must name an environment variable")
+    secret = os.environ.get(name, "")
+    if not secret:
+        raise entry.error("http.identity_secret_env", f"environment variable {name} is not set")
+    return secret.encode()
 
 
 def _max_bytes(entry: FileEntry, table: Mapping[str, Any], default: int) -> int:

@@ -107,6 +107,8 @@ def start_parts(
         clock=clock,
         ids=ids,
     )
+    # Erased sessions whose business settled since (here or before a restart) are purged.
+    surface.sweeper.start()
     return Started(
         admission=admission,
         turns=turns,
@@ -151,6 +153,14 @@ def delivery_parts(
     return DeliveryParts(executor=executor, call=call_channel, agent_api=agent_api)
 
 
+def _check_default_agent(registry: ToolRegistry, settings: Settings) -> None:
+    """Refuse to start when agents are declared and the default agent is not one of them."""
+    if registry.agents and settings.default_agent not in registry.agents:
+        raise Misconfigured(
+            f"HOLDLINE_DEFAULT_AGENT={settings.default_agent} is not a declared agent"
+        )
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the surface's app."""
     settings = settings or Settings.from_env()
@@ -164,10 +174,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # each given in one step).
     # Before anything starts: a bad tool declaration stops the service (DeclarationError).
     registry = default_registry(settings=settings.tools)
-    if registry.agents and settings.default_agent not in registry.agents:
-        raise Misconfigured(
-            f"HOLDLINE_DEFAULT_AGENT={settings.default_agent} is not a declared agent"
-        )
+    _check_default_agent(registry, settings)
     view = SurfaceView(label=registry.label)
     voice_settings = settings.voice
     runtime = Runtime(
@@ -204,6 +211,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         telephony.started = await start_voice(telephony, surface, executor, call_channel)
 
     async def on_stop() -> None:
+        await surface.sweeper.stop()
         if telephony.started is not None:
             telephony.started.sweeper.cancel()
         if surface.started is not None:

@@ -25,7 +25,14 @@
   session was opened (`session.opened`'s `occurred_at` is the issue time); 0 = never
 - `HOLDLINE_RATE_SESSION` `burst/per_second` (`30/5`) and `HOLDLINE_RATE_TENANT`
   (`1000/100`): token buckets for session writes (turns, activity, handoff) per session
-  and per tenant; beyond them 429 problem+json with `Retry-After`; `0` disables one
+  and per tenant, agent WebSocket frames and connects included; beyond them 429
+  problem+json with `Retry-After` (an `error` frame on the socket); `0` disables one
+- `HOLDLINE_RATE_OPEN_TENANT` (`1000/100`) and `HOLDLINE_RATE_OPEN_ADDRESS` (`60/6`): session
+  openings per tenant and per client address (loopback exempt)
+- `HOLDLINE_ERASURE_SWEEP_S` (5): how often erased sessions' settled business is purged
+  and idle sessions are evicted
+- `HOLDLINE_SESSION_IDLE_S` (1800): an idle, settled session leaves the surface's memory
+  and is read back from the streams on demand; 0 = never
 - `HOLDLINE_MODEL_MODULES` `module,...` (empty): imported before the model is chosen, so
   they can register models of their own (`libs.models.register`); demo mode adds the demo's
 - `HOLDLINE_MODEL` and its adapters' `OPENAI_*`, `HOLDLINE_MODEL_*`: `ModelSettings.from_env`
@@ -213,6 +220,19 @@ class Settings:
     rate_session: tuple[float, float] = (30.0, 5.0)
     # `burst/per_second`: the same per tenant; `0` disables it.
     rate_tenant: tuple[float, float] = (1000.0, 100.0)
+    # `burst/per_second`: sessions one tenant may open (`POST /v1/sessions`); beyond it 429 with
+    # `Retry-After`; `0` disables it.
+    rate_open_tenant: tuple[float, float] = (1000.0, 100.0)
+    # `burst/per_second`: sessions one client address (the TCP peer; loopback is exempt) may
+    # open, whatever the tenant; `0` disables it.
+    rate_open_address: tuple[float, float] = (60.0, 6.0)
+    # A session nothing happened to for this long (seconds), with nothing of it running, leaves
+    # the surface's memory and is read back from the streams when next asked for
+    # (core/eviction.py); checked every `HOLDLINE_ERASURE_SWEEP_S`; 0 = kept for ever.
+    session_idle_s: float = 1800.0
+    # How often (seconds) erased sessions are looked at again, to purge their operations,
+    # batches and deliveries once settled (core/erasure.py); 0 = only at the erasure.
+    erasure_sweep_s: float = 5.0
     # `module,...`: imported before the model is chosen, so they can register models of their own
     # (`libs.models.register`); demo mode adds the demo's (`libs.modes.model_modules`).
     model_modules: tuple[str, ...] = ()
@@ -268,6 +288,10 @@ class Settings:
             ws_ticket_ttl_s=env_float("HOLDLINE_WS_TICKET_TTL_S", 30.0),
             rate_session=_rate("HOLDLINE_RATE_SESSION", "30/5"),
             rate_tenant=_rate("HOLDLINE_RATE_TENANT", "1000/100"),
+            rate_open_tenant=_rate("HOLDLINE_RATE_OPEN_TENANT", "1000/100"),
+            rate_open_address=_rate("HOLDLINE_RATE_OPEN_ADDRESS", "60/6"),
+            session_idle_s=env_float("HOLDLINE_SESSION_IDLE_S", 1800.0),
+            erasure_sweep_s=env_float("HOLDLINE_ERASURE_SWEEP_S", 5.0),
             model_modules=model_modules(),
             turn_phases=env_str("HOLDLINE_TURN_PHASES", "") not in ("", "0"),
             model=ModelSettings.from_env(),

@@ -181,11 +181,13 @@ def _write_routes(router: APIRouter, api: AgentApi) -> None:
     @router.post(
         "/v1/sessions/{session_id}/deliveries/{delivery_id}/ack",
         response_model=AckOut,
-        responses=documented_problems(400, 401, 404, 409, 413, 422),
+        responses=documented_problems(400, 401, 404, 409, 413, 422, 429),
     )
     async def ack(session_id: str, delivery_id: str, request: Request) -> Response:
-        await surface.session(session_id, request.headers.get("authorization"))
+        state = await surface.session(session_id, request.headers.get("authorization"))
         body = await request_body(request, AckBody, settings.max_body_bytes)
+        # An ack appends, as its WebSocket frame does: it takes a write's tokens.
+        surface.limit(state)
         if surface.view.deliveries.get(delivery_id) is None:
             await surface.view.sync()
         try:

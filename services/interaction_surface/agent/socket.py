@@ -3,7 +3,9 @@
 Frames in: `signal` and `delivery.ack` (as the HTTP bodies, plus `type`). Out: `hello` once
 the connection is recorded, `delivery.say` (pushed by the agent channel), `delivery.acked`
 confirming each ack, and `error` `{code, status, detail, delivery_id?, ack_status?}` for a
-frame refused (the connection stays open; nothing of a refused frame is stored). While the
+frame refused (the connection stays open; nothing of a refused frame is stored). Frames and
+connects take the session's and tenant's write tokens as the HTTP routes do: over the rate,
+a frame gets an `error` frame `rate_limited` (429) and a connect is denied with 429. While the
 socket is open the delivery executor watches its session, so a closing handed over on
 another surface is pushed here.
 """
@@ -19,6 +21,7 @@ from fastapi import APIRouter, WebSocket
 from starlette.websockets import WebSocketDisconnect
 
 from holdline.client.frames import CLIENT_FRAME, AckedFrame, ErrorFrame, HelloFrame, SignalFrame
+from libs.domain import SessionState
 from libs.problems import problem
 
 from ..core.http import ProblemError, deny
@@ -45,6 +48,12 @@ def add_agent_socket(router: APIRouter, api: AgentApi, sockets: SocketAuth) -> N
         if state.closed:
             await deny(websocket, problem(409, "Conflict", "the session is closed"))
             return
+        try:
+            # A connect appends the connection's record: it takes a write's tokens.
+            api.surface.limit(state)
+        except ProblemError as exc:
+            await deny(websocket, exc.response())
+            return
         await websocket.accept()
         conn = AgentConnection(session_id, api.surface.ids.new("agent"), websocket, after)
         try:
@@ -54,7 +63,7 @@ def add_agent_socket(router: APIRouter, api: AgentApi, sockets: SocketAuth) -> N
                 HelloFrame(session_id=session_id, connection_id=conn.connection_id, after=after)
             )
             async with sockets.until_expiry(websocket, session_id):
-                await _serve(api, conn)
+                await _serve(api, conn, state)
         finally:
             # Recorded even when the handler is cancelled (shutdown): nothing stays `sent`.
             await asyncio.shield(api.channel.disconnect(conn))
@@ -68,7 +77,7 @@ def _after(raw: str | None) -> int:
     return int(raw)
 
 
-async def _serve(api: AgentApi, conn: AgentConnection) -> None:
+async def _serve(api: AgentApi, conn: AgentConnection, state: SessionState) -> None:
     """Read frames until the agent leaves; refuse bad ones with an error frame."""
     websocket = conn.websocket
     while not conn.closed:
@@ -82,10 +91,10 @@ async def _serve(api: AgentApi, conn: AgentConnection) -> None:
         if text is None:
             await _error(conn, 400, "binary_frame", "frames are JSON text")
             continue
-        await _frame(api, conn, text)
+        await _frame(api, conn, state, text)
 
 
-async def _frame(api: AgentApi, conn: AgentConnection, text: str) -> None:
+async def _frame(api: AgentApi, conn: AgentConnection, state: SessionState, text: str) -> None:
     if len(text) > api.surface.settings.max_body_bytes:
         await _error(conn, 413, "frame_too_large", "the frame exceeds the body limit")
         return
@@ -101,7 +110,11 @@ async def _frame(api: AgentApi, conn: AgentConnection, text: str) -> None:
         if frame.user_speaking is None and frame.agent_speaking is None:
             await _error(conn, 422, "invalid_frame", "give user_speaking, agent_speaking or both")
             return
+        if await _limited(api, conn, state):
+            return
         await api.acks.signal(conn.session_id, frame.user_speaking, frame.agent_speaking)
+        return
+    if await _limited(api, conn, state, delivery_id=frame.delivery_id, ack_status=frame.status):
         return
     view = api.surface.view
     if view.deliveries.get(frame.delivery_id) is None:
@@ -116,6 +129,19 @@ async def _frame(api: AgentApi, conn: AgentConnection, text: str) -> None:
                      ack_status=frame.status)
         return
     await conn.send(AckedFrame(**answer))
+
+
+async def _limited(
+    api: AgentApi, conn: AgentConnection, state: SessionState, **ids: Any
+) -> bool:
+    """Take a write's tokens (the session's and the tenant's, as the HTTP routes do); when
+    over the limit, answer an `error` frame (429, `rate_limited`) and append nothing."""
+    try:
+        api.surface.limit(state)
+    except ProblemError as exc:
+        await _error(conn, 429, "rate_limited", exc.detail, **ids)
+        return True
+    return False
 
 
 def _ids(text: str) -> dict[str, Any]:

@@ -23,7 +23,6 @@ from pydantic import BaseModel
 from starlette.background import BackgroundTask
 
 from libs import metrics
-from libs.bus import Context
 from libs.domain import SessionState
 from libs.events import AgentHandedOff, SessionClosed, SessionOpened, UserActivity
 from libs.json_response import JSONResponse
@@ -108,15 +107,17 @@ def _write_routes(router: APIRouter, surface: Surface) -> None:
 
     @router.post(
         "/v1/sessions", status_code=201,
-        responses=documented_problems(400, 401, 403, 404, 413, 422),
+        responses=documented_problems(400, 401, 403, 404, 413, 422, 429),
     )
     async def create_session(request: Request) -> Response:
-        body = await request_body(request, CreateSessionBody, settings.max_body_bytes)
         peer = request.client.host if request.client else None
+        surface.limit_address(peer, request.headers)
+        body = await request_body(request, CreateSessionBody, settings.max_body_bytes)
         who = surface.identify(peer, request.headers, body.user_id, body.tenant_id)
         tenant = who.tenant_id
         agent = body.agent or settings.default_agent
         surface.check_agent(tenant, agent)
+        surface.limit_open(tenant)
         session_id = surface.ids.new("s")
         issued = new_token()
         await surface.append_interaction(
@@ -304,10 +305,10 @@ def _read_routes(router: APIRouter, surface: Surface, sockets: SocketAuth) -> No
 
 
 async def erase_session(surface: Surface, state: SessionState) -> list[str]:
-    """Close the session, then purge its interaction events (texts included) from the stream.
+    """Close the session, then purge its words from the broker (core/erasure.py).
 
     Operations keep running to their business outcome; the policy suppresses what would have
-    been said. Returns the operations still pending.
+    been said, and their events are purged once settled. Returns the operations still pending.
     """
     session_id = state.session_id
     await _caught_up(surface, session_id)
@@ -331,12 +332,9 @@ async def erase_session(surface: Surface, state: SessionState) -> list[str]:
         await surface.append_interaction(
             session_id, SessionClosed(reason=ERASED), expect=False, agent=state.agent
         )
-    # Everything of the subject but its last message (the close) is deleted for good.
-    topology = surface.runtime.topology
-    await surface.runtime.jetstream.purge_stream(
-        topology.stream_name(Context.INTERACTION),
-        subject=topology.session_subject(session_id),
-        keep=1,
-    )
+    # Its words leave every stream and bucket (core/erasure.py): the interaction subject
+    # but its last message (the close), control, dead letters and stored answers now, its
+    # business events once settled.
+    await surface.eraser.purge_now(session_id)
     log.info("session %s erased; %d operations still pending", session_id, len(pending))
     return pending

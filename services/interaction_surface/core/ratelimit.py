@@ -1,8 +1,10 @@
-"""Token buckets for session writes: one per session and one per tenant, in memory.
+"""Token buckets, in memory: session writes (one per session and one per tenant, HTTP
+routes and agent WebSocket frames and connects alike) and session openings (one per tenant
+and one per client address).
 
-A request takes one token from its session's bucket and one from its tenant's, or from
-neither: a refused request leaves both as they were, and it is refused before anything is
-appended, so a 429 never half-writes. The buckets live in the surface process; with several
+A request takes one token from each of its buckets, or from none: a refused request leaves
+them as they were, and it is refused before anything is appended, so a 429 never
+half-writes. The buckets live in the surface process; with several
 surface processes each enforces the limit on the traffic it serves.
 """
 
@@ -81,25 +83,50 @@ class RateLimited(Exception):
         return max(1, math.ceil(self.retry_after_s))
 
 
+def _take_one(scope: str, bucket: Bucket, key: str) -> None:
+    wait = bucket.wait_s(key)
+    if wait > 0:
+        raise RateLimited(scope, wait)
+    bucket.take(key)
+
+
+def _take_both(first: tuple[str, Bucket, str], second: tuple[str, Bucket, str]) -> None:
+    """One token from each bucket, or RateLimited (named by the first refusing) and none."""
+    for scope, bucket, key in (first, second):
+        wait = bucket.wait_s(key)
+        if wait > 0:
+            raise RateLimited(scope, wait)
+    for _scope, bucket, key in (first, second):
+        bucket.take(key)
+
+
 class RateLimiter:
-    """Per-session and per-tenant limits, taken together or not at all."""
+    """Per-session and per-tenant write limits, per-tenant and per-address opening limits;
+    each pair taken together or not at all."""
 
     def __init__(
         self,
         session: tuple[float, float],
         tenant: tuple[float, float],
         clock: Callable[[], float] = time.monotonic,
+        *,
+        open_tenant: tuple[float, float] = (0.0, 0.0),
+        open_address: tuple[float, float] = (0.0, 0.0),
     ) -> None:
         self.session = Bucket(*session, clock)
         self.tenant = Bucket(*tenant, clock)
+        self.open_tenant = Bucket(*open_tenant, clock)
+        self.open_address = Bucket(*open_address, clock)
 
     def admit(self, session_id: str, tenant_id: str) -> None:
-        """Take a token from both buckets, or raise RateLimited and take none."""
-        session_wait = self.session.wait_s(session_id)
-        if session_wait > 0:
-            raise RateLimited("session", session_wait)
-        tenant_wait = self.tenant.wait_s(tenant_id)
-        if tenant_wait > 0:
-            raise RateLimited("tenant", tenant_wait)
-        self.session.take(session_id)
-        self.tenant.take(tenant_id)
+        """Take a token from both write buckets, or raise RateLimited and take none."""
+        _take_both(("session", self.session, session_id), ("tenant", self.tenant, tenant_id))
+
+    def admit_address(self, address: str) -> None:
+        """Take a token of a client address's unauthenticated requests (session openings,
+        refused ones included), or raise RateLimited."""
+        _take_one("address", self.open_address, address)
+
+    def admit_open(self, tenant_id: str) -> None:
+        """Take a token of a tenant's session openings, or raise RateLimited."""
+        _take_one("tenant", self.open_tenant, tenant_id)

@@ -5,6 +5,7 @@ clients resume a stream with."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -96,6 +97,9 @@ class SessionLog:
     opened_at: datetime | None = None
     # Erased: no interaction event of the session is kept or shown any more.
     erased: bool = False
+    # When anything of the session last happened or was asked for (monotonic seconds): an
+    # idle session leaves memory (core/eviction.py).
+    touched: float = field(default_factory=time.monotonic)
 
     @property
     def session_seq(self) -> int:

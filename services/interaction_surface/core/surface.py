@@ -29,6 +29,8 @@ from libs.tools import AgentDeclaration, agent_refusal
 from ..auth import bearer, token_matches
 from ..identity import Identity, IdentityRefused, JwtVerifier, identify, is_local
 from ..settings import Settings
+from .erasure import Eraser, Sweeper
+from .eviction import evict_idle, touch
 from .http import ProblemError, not_found
 from .ratelimit import RateLimited, RateLimiter
 from .view import SurfaceView
@@ -72,9 +74,25 @@ class Surface:
     # The declared agents (libs/tools/agents.py; empty: any agent name).
     agents: Mapping[str, AgentDeclaration] = field(default_factory=dict)
     limiter: RateLimiter = field(init=False)
+    # Purges erased sessions from the broker's streams and buckets (core/erasure.py).
+    eraser: Eraser = field(init=False)
+    sweeper: Sweeper = field(init=False)
 
     def __post_init__(self) -> None:
-        self.limiter = RateLimiter(self.settings.rate_session, self.settings.rate_tenant)
+        self.limiter = RateLimiter(
+            self.settings.rate_session, self.settings.rate_tenant,
+            open_tenant=self.settings.rate_open_tenant,
+            open_address=self.settings.rate_open_address,
+        )
+        runtime = self.runtime
+        self.eraser = Eraser(self.view, runtime.topology, lambda: runtime.jetstream)
+        self.sweeper = Sweeper(self.housekeep, self.settings.erasure_sweep_s)
+
+    async def housekeep(self) -> int:
+        """One pass of the sweeper: purge erased sessions that settled, evict idle ones."""
+        purged = await self.eraser.sweep()
+        evict_idle(self.view, self.settings.session_idle_s)
+        return purged
 
     def identify(
         self, peer: str | None, headers: Mapping[str, str], user_id: str, tenant_id: str | None
@@ -121,14 +139,27 @@ class Surface:
             self.limiter.admit(state.session_id, state.tenant_id)
         except RateLimited as exc:
             log.info("%s rate limit refused a write of session %s", exc.scope, state.session_id)
-            raise ProblemError(
-                429,
-                "Too many requests",
-                f"the {exc.scope} rate limit is exceeded; retry after {exc.retry_after} s",
-                headers={"Retry-After": str(exc.retry_after)},
-                slug="rate-limited",
-                scope=exc.scope,
-            ) from None
+            raise _too_many(exc) from None
+
+    def limit_address(self, peer: str | None, headers: Mapping[str, str]) -> None:
+        """Take a token of the client address's unauthenticated requests (loopback is
+        exempt), or answer 429; before the credential is looked at, so guesses count."""
+        if peer is None or is_local(peer, headers):
+            return
+        try:
+            self.limiter.admit_address(peer)
+        except RateLimited as exc:
+            log.info("address rate limit refused an unauthenticated request")
+            raise _too_many(exc) from None
+
+    def limit_open(self, tenant_id: str) -> None:
+        """Take a token of the tenant's session openings, or answer 429 having written
+        nothing."""
+        try:
+            self.limiter.admit_open(tenant_id)
+        except RateLimited as exc:
+            log.info("tenant rate limit refused opening a session of %s", tenant_id)
+            raise _too_many(exc) from None
 
     async def session(self, session_id: str, authorization: str | None) -> SessionState:
         """The session if the bearer token is its own; 401 without one, 404 otherwise."""
@@ -161,6 +192,9 @@ class Surface:
         return state
 
     async def _caught_up(self, session_id: str) -> SessionState | None:
+        if session_id in self.view.evicted:
+            await self.view.restore(session_id)
+        touch(self.view, session_id)
         state = self.view.session(session_id)
         if state is None:
             # Opened through another process a moment ago: catch up once.
@@ -212,6 +246,18 @@ class Surface:
                 409, "Conflict", "the session is changing too fast; retry"
             ) from None
         return written.envelopes[0]
+
+
+def _too_many(exc: RateLimited) -> ProblemError:
+    """429 problem+json with `Retry-After`, naming the limit's scope."""
+    return ProblemError(
+        429,
+        "Too many requests",
+        f"the {exc.scope} rate limit is exceeded; retry after {exc.retry_after} s",
+        headers={"Retry-After": str(exc.retry_after)},
+        slug="rate-limited",
+        scope=exc.scope,
+    )
 
 
 def _as_is(

@@ -18,6 +18,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -50,6 +51,7 @@ from libs.events import (
 )
 from libs.tools.labels import label_of
 
+from .eviction import read_history
 from .session_log import (
     ERASED,
     STREAM_INDEX,
@@ -109,6 +111,11 @@ class SurfaceView:
         # Other folds of the operations stream in this process (admission's `LoadView`):
         # fed from this view's follower, so the stream is delivered and decoded once.
         self.operation_feeds: list[Callable[[Envelope[Any], int], None]] = []
+        # Sessions evicted from memory (core/eviction.py), their events held until restored,
+        # and the restores under way.
+        self.evicted: set[str] = set()
+        self._parked: dict[str, list[tuple[Context, Envelope[Any], int]]] = {}
+        self._restoring: dict[str, asyncio.Future[None]] = {}
 
     # ------------------------------------------------------------------ reads
 
@@ -209,7 +216,11 @@ class SurfaceView:
 
     def apply(self, context: Context, env: Envelope[Any], seq: int) -> None:
         """Fold one event into the projections and the session's log, then notify."""
+        if self.evicted and env.session_id in self.evicted:
+            self._park(context, env, seq)
+            return
         found = self._log_for(env.session_id)
+        found.touched = time.monotonic()
         index = STREAM_INDEX[context]
         if seq <= found.high[index]:
             return
@@ -280,6 +291,35 @@ class SurfaceView:
         found.turn_channels.clear()
         found.replies.clear()
 
+    # ------------------------------------------------------------------ eviction
+
+    def _park(self, context: Context, env: Envelope[Any], seq: int) -> None:
+        self._parked.setdefault(env.session_id, []).append((context, env, seq))
+        if env.session_id not in self._restoring:
+            with contextlib.suppress(RuntimeError):  # no loop: restored on demand
+                asyncio.get_running_loop().create_task(self.restore(env.session_id))
+
+    async def restore(self, session_id: str) -> None:
+        """Bring an evicted session back from the streams (core/eviction.py); a no-op for a
+        session in memory. Concurrent callers share one restore."""
+        if session_id not in self.evicted or self._js is None or self._topology is None:
+            return
+        running = self._restoring.get(session_id)
+        if running is not None:
+            await asyncio.shield(running)
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._restoring[session_id] = done
+        try:
+            history = await read_history(self._js, self._topology, session_id)
+            # No await from here on: nothing of the session arrives in between.
+            self.evicted.discard(session_id)
+            for context, env, seq in [*history, *self._parked.pop(session_id, [])]:
+                self.apply(context, env, seq)
+        finally:
+            del self._restoring[session_id]
+            done.set_result(None)
+
     def receive(self, context: Context, env: Envelope[Any], seq: int) -> None:
         """One event of a stream, in order: folded (`apply`), and the stream applied up to it
         (`wait_applied` returns), as a follower does with each message; a fast test's
@@ -307,8 +347,11 @@ class SurfaceView:
         for context in STREAMS:
             info = await js.stream_info(topology.stream_name(context))
             targets[context] = int(info.state.last_seq or 0)
-            if targets[context] > 0:
+            if info.state.messages:
                 pending.add(context)
+            else:
+                # Empty, or every message purged (an erasure): nothing to wait for.
+                self._advance(context, targets[context])
         if not pending:
             self.caught_up.set()
         for context in STREAMS:
@@ -330,7 +373,8 @@ class SurfaceView:
         feeds = self.operation_feeds if context is Context.OPERATIONS else []
 
         async def on_msg(msg: Msg) -> None:
-            seq = position(msg.reply).stream_seq
+            where = position(msg.reply)
+            seq = where.stream_seq
             try:
                 env = codec.decode(msg.data)
             except EventDecodeError as exc:
@@ -340,8 +384,10 @@ class SurfaceView:
                 if feeds:
                     for feed in feeds:
                         feed(env, seq)
-            self._advance(context, seq)
-            if seq >= target and context in pending:
+            # Nothing stored after it: the stream's later sequences up to the target were
+            # purged (an erasure), so the stream is applied up to the target.
+            self._advance(context, target if where.num_pending == 0 and seq < target else seq)
+            if (seq >= target or where.num_pending == 0) and context in pending:
                 pending.discard(context)
                 if not pending:
                     self.caught_up.set()

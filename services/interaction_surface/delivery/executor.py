@@ -63,6 +63,8 @@ class DeliveryExecutor:
         """Consumer handler: act on the delivery's current state."""
         await self._view.caught_up.wait()
         await self._view.wait_applied(Context.DELIVERIES, received.stream_seq)
+        # A session evicted from memory (core/eviction.py) is read back before acting.
+        await self._view.restore(received.envelope.session_id)
         delivery_id = received.envelope.delivery_id
         if delivery_id:
             await self.execute(delivery_id)

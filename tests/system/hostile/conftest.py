@@ -18,6 +18,14 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
         broker.url,
         tmp_path_factory.mktemp("hostile"),
         "h",
-        env={"TWILIO_AUTH_TOKEN": AUTH_TOKEN, "HOLDLINE_VAD_ENDPOINT_MS": "400"},
+        env={
+            "TWILIO_AUTH_TOKEN": AUTH_TOKEN,
+            "HOLDLINE_VAD_ENDPOINT_MS": "400",
+            # Erased sessions' settled business is purged within a second (test_erasure_scan).
+            "HOLDLINE_ERASURE_SWEEP_S": "0.5",
+            # Sessions idle for 2 s leave the surface's memory (test_idle_eviction); every
+            # other test here runs with that going on.
+            "HOLDLINE_SESSION_IDLE_S": "2",
+        },
     ) as running:
         yield running

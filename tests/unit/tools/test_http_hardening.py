@@ -5,6 +5,7 @@ headers carry credentials from the environment (a real aiohttp server on 127.0.0
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from libs.tools import DeclarationError, ToolRegistry
+from libs.tools import DeclarationError, ToolRegistry, identity_headers
 from libs.tools.executor import OperationCall
 from libs.tools.http import HttpExecutor
 from libs.tools.http_file import load_tools_file
@@ -174,3 +175,32 @@ async def test_declared_headers_carry_environment_values_and_are_never_echoed(
     assert "secret-order" not in failed.detail
     assert "tok-5ecret" not in failed.detail
     assert "{order_id}" in failed.detail
+
+
+async def test_the_tenant_and_user_go_as_signed_headers_and_fill_templates(
+    tmp_path: Path, api: Api, client: AiohttpClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DESK_SIGNING", "sign-5ecret")
+    url = f"{api.url}/tenants/{{holdline.tenant}}/orders/{{order_id}}?by={{holdline.user}}"
+    executor = _load(tmp_path, client, url, api.url, 'identity_secret_env = "DESK_SIGNING"')
+    assert (await executor.execute(_call("o-1"), timeout_s=2)).outcome == "success"
+    _method, path, sent = api.requests[0]
+    assert path == "/tenants/acme/orders/o-1?by=ana"
+    assert (sent[identity_headers.TENANT], sent[identity_headers.USER]) == ("acme", "ana")
+    now = time.time()
+    assert identity_headers.verify(sent, secret=b"sign-5ecret", now=now) == ("acme", "ana")
+    # Another key, a changed user or an old stamp does not verify.
+    assert identity_headers.verify(sent, secret=b"other", now=now) is None
+    assert identity_headers.verify(
+        {**sent, identity_headers.USER: "bob"}, secret=b"sign-5ecret", now=now
+    ) is None
+    assert identity_headers.verify(sent, secret=b"sign-5ecret", now=now + 3600) is None
+    # Without a secret the headers still name the session's tenant and user, unsigned; a
+    # secret variable that is not set stops the declaration.
+    plain = _load(tmp_path, client, f"{api.url}/orders/{{order_id}}", api.url)
+    assert (await plain.execute(_call("o-2"), timeout_s=2)).outcome == "success"
+    assert api.requests[1][2][identity_headers.USER] == "ana"
+    assert identity_headers.SIGNATURE not in api.requests[1][2]
+    monkeypatch.delenv("DESK_SIGNING")
+    with pytest.raises(DeclarationError, match="DESK_SIGNING"):
+        _load(tmp_path, None, url, api.url, 'identity_secret_env = "DESK_SIGNING"')

@@ -1,0 +1,123 @@
+"""Erasure leaves none of a session's words on the broker: after `DELETE /v1/sessions/{id}`
+a raw scan of every stream and every KV bucket of the deployment finds no canary text of
+the session, and services restarted over the purged streams still start and serve."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+from nats.js import JetStreamContext
+from nats.js.errors import NotFoundError
+
+from libs.bus import DEAD_LETTER_DECODER, Context, Topology, connect
+from libs.config import BusSettings
+from testkit.hostile import healthy
+from testkit.surface import SurfaceStack, eventually, open_chat
+
+
+@pytest.fixture
+async def js(stack: SurfaceStack) -> AsyncIterator[JetStreamContext]:
+    """A client on the stack's broker, reading raw messages."""
+    nc = await connect(BusSettings(nats_url=stack.nats_url, prefix=stack.prefix), name="scan")
+    yield nc.jetstream()
+    await nc.close()
+
+
+async def found_in(js: JetStreamContext, prefix: str, canary: bytes) -> list[str]:
+    """Where the canary is stored: `stream:subject` of every message holding it, over every
+    stream of the deployment (its event streams and the KV buckets' streams)."""
+    ours = (f"{prefix.upper()}_", f"KV_{prefix}_")
+    hits: list[str] = []
+    for info in await js.streams_info():
+        name = info.config.name or ""
+        if not name.startswith(ours):
+            continue
+        first, last = int(info.state.first_seq or 0), int(info.state.last_seq or 0)
+        for seq in range(max(first, 1), last + 1):
+            try:
+                msg = await js.get_msg(name, seq)
+            except NotFoundError:
+                continue
+            data = msg.data or b""
+            if name.endswith("_DLQ"):
+                # A dead letter carries the poison's bytes base64-encoded: read them too.
+                data += DEAD_LETTER_DECODER.decode(data).payload
+            if canary in data or canary in (msg.subject or "").encode():
+                hits.append(f"{name}:{msg.subject}")
+    return hits
+
+
+async def test_erasure_leaves_no_words_of_the_session_on_the_broker(
+    stack: SurfaceStack, js: JetStreamContext
+) -> None:
+    canary = f"zebra-canary-{uuid.uuid4().hex[:10]}"
+    topology = Topology(stack.prefix)
+    async with httpx.AsyncClient(base_url=stack.url, timeout=20.0) as client:
+        chat = await open_chat(client)
+        # Free text in turns, a tool call from a turn, and one through the Agent API with
+        # free-text arguments and user text (its answer is stored in the turns bucket).
+        await chat.say(f"my nickname is {canary}-nick, nice to meet you")
+        answer = await chat.say(f"give me access to {canary}")
+        assert [op["tool"] for op in answer["operations"]] == ["provision_access"]
+        called = await client.post(
+            f"/v1/sessions/{chat.session_id}/tool-calls",
+            headers=chat.auth,
+            json={
+                "calls": [{
+                    "tool_call_id": f"call-{canary}",
+                    "name": "provision_access",
+                    "arguments": {"accesses": [f"{canary}-tool"]},
+                }],
+                "user_text": f"please give me {canary}-tool",
+            },
+        )
+        assert called.status_code == 200, called.text
+        # A poison message of the session, dead-lettered with its bytes.
+        poison = topology.operation_event_subject(chat.session_id, "op1", "admitted")
+        await js.publish(poison, b"\x00{" + canary.encode())
+
+        async def settled() -> bool:
+            ops = (await chat.snapshot())["operations"]
+            return len(ops) == 2 and all(op["status"] == "committed" for op in ops)
+
+        await eventually(settled, timeout_s=30)
+        dlq = f"{topology.prefix}.dlq.operations.{chat.session_id}"
+
+        async def everywhere() -> list[str] | None:
+            hits = await found_in(js, stack.prefix, canary.encode())
+            streams = {h.split(":")[0] for h in hits}
+            wanted = {
+                topology.stream_name(c)
+                for c in (Context.INTERACTION, Context.OPERATIONS, Context.BATCHES,
+                          Context.DELIVERIES, Context.DLQ)
+            } | {f"KV_{topology.bucket('turns')}"}
+            return hits if wanted <= streams and any(dlq in h for h in hits) else None
+
+        # The canary is where a session's words go before the erasure (the scan can fail).
+        await eventually(everywhere, timeout_s=20)
+
+        erased = await client.delete(f"/v1/sessions/{chat.session_id}", headers=chat.auth)
+        assert erased.status_code == 200, erased.text
+        assert erased.json()["pending_operations"] == []
+
+        async def gone() -> bool:
+            return not await found_in(js, stack.prefix, canary.encode())
+
+        await eventually(gone, timeout_s=20, every_s=0.5)
+
+    # Services rebuilding their projections from the purged streams still start and serve.
+    for name in ("interaction_surface", "delivery_policy"):
+        proc = stack.procs[name]
+        proc.kill9()
+        await asyncio.to_thread(proc.start)
+    await healthy(stack)
+    async with httpx.AsyncClient(base_url=stack.url, timeout=20.0) as client:
+        again = await client.get(f"/v1/sessions/{chat.session_id}", headers=chat.auth)
+        assert again.status_code == 404
+        other = await open_chat(client)
+        assert (await other.say("hello there"))["reply"]
+    assert not await found_in(js, stack.prefix, canary.encode())
