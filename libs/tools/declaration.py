@@ -113,3 +113,5 @@ class ToolDeclaration:
     label: Callable[[Mapping[str, Any]], str] | None = None
     # A success line from the arguments and the result ("Ticket T-7 is open.").
     closing: Callable[[Mapping[str, Any], Mapping[str, Any]], str] | None = None
+    # Async completions are polled from the start (no callback ever comes: MCP tasks).
+    polled: bool = False

@@ -253,11 +253,22 @@ def await_completion(
     return PollProvider()
 
 
-def after_poll(found: Lookup, *, now: datetime, recheck_s: float) -> Emit | Wait:
-    """A poll of an overdue async completion: apply it, or look again later."""
+def after_poll(
+    found: Lookup, *, now: datetime, recheck_s: float, last_progress: str | None = None
+) -> Emit | Wait:
+    """A poll of an overdue async completion: apply it, or look again later.
+
+    A pending answer with a new message (an MCP task's status) is passed on as progress."""
     events = completion_events(found, "poll", cancel_requested=False)
     if events:
         return Emit(tuple(events), done=True)
+    if (
+        found.state == "pending"
+        and found.detail
+        and last_progress is not None
+        and found.detail != last_progress
+    ):
+        return Emit((OperationProgress(message=found.detail[:200]),), done=False)
     return Wait(now + _seconds(recheck_s))
 
 
