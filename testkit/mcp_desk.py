@@ -48,7 +48,8 @@ def read_ledger(path: Path = LEDGER) -> list[dict[str, Any]]:
 
 def _record(entry: dict[str, Any]) -> None:
     with LEDGER.open("a", encoding="utf-8") as ledger:
-        ledger.write(json.dumps(entry) + "\n")
+        # The server process that made the effect: a restarted stdio server has another.
+        ledger.write(json.dumps({**entry, "pid": os.getpid()}) + "\n")
         ledger.flush()
         os.fsync(ledger.fileno())
 
