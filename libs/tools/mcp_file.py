@@ -83,6 +83,7 @@ def server_spec(path: Path, index: int, raw: Any) -> McpServerSpec:
     if (url is None) == (command is None):
         raise server.error("url", "give `url` (Streamable HTTP) or `command` (stdio), not both")
     if url is not None:
+        url = filled("url", url) if isinstance(url, str) else url
         if not isinstance(url, str) or not re.match(r"^https?://", url):
             raise server.error("url", "must be an http:// or https:// URL")
         if "args" in raw or "env" in raw:
@@ -90,7 +91,7 @@ def server_spec(path: Path, index: int, raw: Any) -> McpServerSpec:
         headers = _strings(server, raw, "headers", dict)
         return McpServerSpec(
             name=name,
-            url=filled("url", url),
+            url=url,
             headers={k: filled(f"headers.{k}", v) for k, v in headers.items()},
         )
     if not isinstance(command, str) or not command.strip():

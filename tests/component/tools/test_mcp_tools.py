@@ -101,7 +101,7 @@ async def test_http_calls_commit_once_and_a_lost_answer_is_never_resent(stacks: 
     assert len(stack.effects("ticket")) == before
 
 
-async def test_a_task_reports_progress_commits_and_is_cancelled_at_the_server(
+async def test_a_task_reports_progress_commits_once_across_a_worker_kill_and_cancels(
     stacks: Factory,
 ) -> None:
     stack = await stacks(task_s=3.0)
@@ -129,6 +129,20 @@ async def test_a_task_reports_progress_commits_and_is_cancelled_at_the_server(
 
     await eventually(cancel_seen)
     assert [e["customer"] for e in stack.effects("export")] == ["ana"]
+
+    # kill -9 of the worker while the task runs: a new worker polls the same task, 1 effect.
+    session, op = await _admitted(stack, "export_history", {"customer": "cleo"})
+    await stack.ops.wait_async_pending(session, op)
+    doomed = stack.ops.workers[0]
+    assert doomed.proc is not None
+    doomed.proc.send_signal(signal.SIGKILL)
+    await asyncio.to_thread(doomed.proc.wait, 15)
+    await stack.ops.add_worker(callback=True)
+    state = await stack.ops.wait_status(session, op, "committed", timeout_s=30)
+    assert state.result == {"customer": "cleo", "parts": 3}
+    _, events = await stack.ops.operation(session, op)
+    assert types(events).count("operation.started") == 1
+    assert [e["customer"] for e in stack.effects("export")] == ["ana", "cleo"]
 
 
 async def test_a_killed_stdio_server_is_restarted_and_reconciled(stacks: Factory) -> None:
