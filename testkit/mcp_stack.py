@@ -48,11 +48,13 @@ def http_file(url: str) -> str:
 
 
 def stdio_file(ledger: Path, task_s: float) -> str:
-    """A tools file importing the desk started over stdio, writing to `ledger`."""
+    """A tools file importing the desk started over stdio, writing to `ledger` (without the
+    tasks extension: the stdio tests restart the server, and it starts faster without)."""
     return (
         '[[mcp_servers]]\nname = "desk"\n'
         f'command = "{sys.executable}"\nargs = ["-m", "testkit.mcp_desk"]\n'
-        f'env = {{ MCP_DESK_LEDGER = "{ledger}", MCP_DESK_TASK_S = "{task_s}" }}\n{TOOLS}'
+        f'env = {{ MCP_DESK_LEDGER = "{ledger}", MCP_DESK_TASK_S = "{task_s}", '
+        f'MCP_DESK_TASKS = "0" }}\n{TOOLS}'
     )
 
 
