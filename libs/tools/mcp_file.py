@@ -193,7 +193,9 @@ def load_mcp_servers(
             raise server.error("tools", "required: [[mcp_servers.tools]] entries")
         answer = list_now(spec, timeout_s=LIST_TIMEOUT_S)
         listed = answer if isinstance(answer, dict) else None
-        connection = McpConnection(spec, down=answer if isinstance(answer, str) else None)
+        connection = McpConnection(
+            spec, down=answer if isinstance(answer, str) else None, keep=execute
+        )
         if listed is not None:
             connection.listed = listed
         declared: list[str] = []

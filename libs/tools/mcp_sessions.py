@@ -1,12 +1,14 @@
-"""Connections to MCP servers: one session per server per process, kept open and reopened.
+"""Connections to MCP servers: one session per server per worker, kept open and reopened.
 
 A `McpConnection` owns one server's `mcp` client session in a task of its own (the SDK's
-sessions live in a task group that must be entered and left by one task). While it is up, a
-`tools/list` every `ping_s` notices a dead server (a killed stdio process, a stopped HTTP server);
-the session is then closed and opened again with capped exponential backoff, which restarts
-a stdio server. Its stderr is inherited, so it lands in the process's log. `unavailable`
-says why the server cannot be used right now (None when it can): admission refuses its tools
-with that reason until it answers again.
+sessions live in a task group that must be entered and left by one task). Only the worker
+keeps one (`keep`); a process that only admits asks a server that was down at start again,
+with backoff, until it answers once. While a kept session is up, a `tools/list` every
+`ping_s` notices a dead server (a killed stdio process, a stopped HTTP server); the session
+is then closed and opened again with capped exponential backoff, which restarts a stdio
+server. Its stderr is inherited, so it lands in the process's log. `unavailable` says why
+the server cannot be used right now (None when it can): admission refuses its tools with
+that reason until it answers again.
 
 `list_now` lists a server's tools once, from synchronous start-up code, in a thread of its
 own (the tools file is read before the process's event loop serves anything).
@@ -116,6 +118,7 @@ class McpConnection:
         spec: McpServerSpec,
         *,
         down: str | None = None,
+        keep: bool = True,
         timeout_s: float = 10.0,
         ping_s: float = 1.0,
         backoff_base_s: float = 0.2,
@@ -123,6 +126,9 @@ class McpConnection:
     ) -> None:
         self.spec = spec
         self._down = down
+        # False (a process that only admits): no session is kept; a server down at start is
+        # asked again with backoff until it answers once, then left alone.
+        self._keep = keep
         self._timeout_s = timeout_s
         self._ping_s = ping_s
         self._backoff = (backoff_base_s, backoff_max_s)
@@ -171,6 +177,8 @@ class McpConnection:
     def _start(self) -> None:
         if self._task is not None and not self._task.done():
             return
+        if not self._keep and self._down is None:
+            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
@@ -190,6 +198,9 @@ class McpConnection:
                     self._client, self._down = client, None
                     self.opened += 1
                     failures = 0
+                    if not self._keep:
+                        log.info("MCP server %s answers again", self.spec.name)
+                        return
                     self._broken.clear()
                     self._up.set()
                     log.info("MCP server %s: session open (%s)", self.spec.name, self.spec.address)
