@@ -113,6 +113,12 @@ async def close_ticket(ticket: str) -> dict[str, Any]:
     return {"closed": ticket}
 
 
+@mcp.tool
+async def big_report(size: int) -> dict[str, Any]:
+    """A report of `size` characters (an answer larger than a client should read)."""
+    return {"report": "x" * size}
+
+
 @mcp.tool(task=TASKS)
 async def export_history(customer: str, ctx: Context) -> dict[str, Any]:
     """Export a customer's history (a long task)."""
