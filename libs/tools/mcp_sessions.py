@@ -35,6 +35,9 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from .mcp_wire import TASKS, TasksSupport
 
 log = logging.getLogger("holdline.tools.mcp")
+# The SDK's HTTP client logs every request at INFO: one a second per server while a session
+# is checked. Its warnings and errors still reach the log.
+logging.getLogger("httpx2").setLevel(logging.WARNING)
 
 
 @dataclass(frozen=True, slots=True)
