@@ -481,3 +481,18 @@ async def test_failure_explanation_offers_an_alternative() -> None:
     text = await get_model("mock").explain_failures(outcomes, language="en")
     assert text.startswith("Done: github.")
     assert "Alternative: an administrator can grant slack" in text
+
+
+async def test_an_unknown_outcome_is_said_as_unknown_never_as_retry_now() -> None:
+    outcomes = [
+        OperationOutcome(
+            "op-1", "add_note", "a note", "failed_final",
+            "unknown_outcome: no answer within 2 s; no lookup tool declared",
+        ),
+    ]
+    text = await get_model("mock").explain_failures(outcomes, language="en")
+    assert "I cannot tell whether it went through" in text
+    assert "I did not send it again" in text
+    assert "retry" not in text
+    spanish = await get_model("mock").explain_failures(outcomes, language="es")
+    assert "no sé si se hizo" in spanish
