@@ -98,8 +98,9 @@ async def mcp_stack(
     transport: str = "http",
     server_up: bool = True,
     task_s: float = 3.0,
+    workers: int = 1,
 ) -> McpStack:
-    """Start the MCP server (HTTP, unless `server_up` is false) and one worker."""
+    """Start the MCP server (HTTP, unless `server_up` is false) and the workers."""
     ledger = logs / "mcp-desk-ledger.jsonl"
     server = None
     if transport == "http":
@@ -130,5 +131,5 @@ async def mcp_stack(
     stack = McpStack(ops, ledger, server)
     if server is not None and server_up:
         await stack.start_server()
-    await ops.start(workers=1, provider=False)
+    await ops.start(workers=workers, provider=False)
     return stack

@@ -145,7 +145,7 @@ class McpExecutor:
     async def lookup(self, call: OperationCall, *, timeout_s: float) -> Lookup:
         """The declared lookup tool, called with the key; without one the outcome stays unknown."""
         if self._lookup is None:
-            return Lookup("error", detail="no lookup tool declared")
+            return Lookup("unknown", detail="no lookup tool declared, so it is not sent again")
         try:
             session = await self._connection.session(wait_s=min(timeout_s, _SESSION_WAIT_S))
             async with asyncio.timeout(timeout_s):

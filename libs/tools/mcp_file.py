@@ -167,6 +167,10 @@ def tool_entry(
     elif listed is None:
         fields.setdefault("description", f"{name} (MCP tool)")
         fields.setdefault("parameters", _assumed_schema(fields))
+    # MCP has no idempotency key of its own: a call a dead worker may have sent is looked up
+    # (or ends `unknown_outcome`), never sent again, unless the entry says the tool is
+    # idempotent.
+    fields.setdefault("idempotent", False)
     lookup = _lookup(entry, lookup_raw, listed)
     declaration, _ = parse_entry(
         path, index, fields, None, within=f"{server.within}.", executor=executor

@@ -224,10 +224,16 @@ def after_reconcile(
     """The system of record's answer for an UNKNOWN operation.
 
     Only an explicit "absent" reopens the operation for a resend; pending or unreachable
-    looks again later, so nothing is ever sent twice on a guess.
+    looks again later, so nothing is ever sent twice on a guess. "unknown" (nothing can be
+    asked: an MCP tool with no lookup tool) ends it as `unknown_outcome`, never re-sent.
     """
     if found.state == "absent":
         return Emit((OperationReconciled(detail="no effect at the provider"),), done=False)
+    if found.state == "unknown":
+        failed = OperationFailedFinal(
+            reason="unknown_outcome", detail=found.detail, via="reconcile"
+        )
+        return Emit((failed,), done=True)
     events = after_lookup(state, found)
     if events:
         return Emit(tuple(events), done=True)

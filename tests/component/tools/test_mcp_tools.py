@@ -201,3 +201,34 @@ async def test_a_server_down_at_start_is_refused_with_the_reason_then_admitted(
     session, op = await eventually(admitted, timeout_s=20)
     await stack.ops.wait_status(session, op, "committed", timeout_s=30)
     assert len(stack.effects("ticket", op)) == 1
+
+
+async def test_a_worker_killed_after_the_server_committed_never_resends(stacks: Factory) -> None:
+    stack = await stacks(workers=0)
+    crash = {"HOLDLINE_CRASH_POINTS": "worker.after_provider_commit"}
+    # No lookup tool: the call may have happened, so it ends `unknown_outcome`, not re-sent.
+    doomed = await stack.ops.add_worker(env=crash)
+    note_session, note = await _admitted(stack, "add_note", {"customer": "ana", "text": "Hi"})
+    assert doomed.proc is not None
+    await asyncio.to_thread(doomed.proc.wait, 30)
+    assert len(stack.effects("note", note)) == 1
+    # With a lookup tool: reconciled from the server's own record.
+    doomed = await stack.ops.add_worker(env=crash)
+    ticket_session, ticket = await _admitted(
+        stack, "open_ticket", {"customer": "ana", "subject": "Crash"}
+    )
+    assert doomed.proc is not None
+    await asyncio.to_thread(doomed.proc.wait, 30)
+    await stack.ops.add_worker(callback=True)
+
+    state = await stack.ops.wait_status(note_session, note, "failed_final", timeout_s=30)
+    assert state.failure is not None
+    assert state.failure.startswith("unknown_outcome")
+    state = await stack.ops.wait_status(ticket_session, ticket, "committed", timeout_s=30)
+    assert state.result is not None
+    assert state.result["key"] == ticket
+    for session, op, kind in ((note_session, note, "note"), (ticket_session, ticket, "ticket")):
+        _, events = await stack.ops.operation(session, op)
+        assert types(events).count("operation.started") == 1
+        assert "operation.unknown" in types(events)
+        assert len(stack.effects(kind, op)) == 1

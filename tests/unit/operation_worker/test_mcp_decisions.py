@@ -10,7 +10,7 @@ from libs.domain import OperationState, OpStatus, operation
 from libs.events import OperationFailedFinal, OperationProgress
 from libs.tools import AttemptResult, Lookup, ToolDeclaration
 from services.operation_worker.domain import after_attempt
-from services.operation_worker.stepping import Emit, Wait, after_poll, attempted
+from services.operation_worker.stepping import Emit, Wait, after_poll, after_reconcile, attempted
 from testkit.events import envelope
 
 _NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -66,3 +66,13 @@ def test_a_task_s_new_status_message_is_progress_once() -> None:
     assert isinstance(again, Wait)
     # A tool completed by callback (no `last_progress`) is never noted from a poll.
     assert isinstance(after_poll(pending, now=_NOW, recheck_s=0.2), Wait)
+
+
+def test_an_unknown_operation_that_cannot_be_looked_up_ends_unknown_outcome() -> None:
+    found = Lookup("unknown", detail="no lookup tool declared, so it is not sent again")
+    step = after_reconcile(_state(status=OpStatus.UNKNOWN), found, now=_NOW, recheck_s=0.2)
+    assert isinstance(step, Emit)
+    assert step.done
+    (event,) = step.events
+    assert isinstance(event, OperationFailedFinal)
+    assert (event.reason, event.via) == ("unknown_outcome", "reconcile")
