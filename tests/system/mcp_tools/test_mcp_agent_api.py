@@ -59,6 +59,11 @@ async def test_a_server_down_at_start_is_refused_on_the_agent_api_then_runs_once
     async with HoldlineClient(stack.url, timeout_s=20.0) as hl:
         user = f"u-{uuid.uuid4().hex[:8]}"
         s = await hl.create_session(user_id=user, tenant_id="acme")
+        # Listed, and marked unavailable with the reason.
+        listing = await hl.request("GET", f"/v1/sessions/{s.session_id}/tools", token=s.token)
+        names = [t["function"]["name"] for t in listing["tools"]]
+        assert "open_ticket" in names
+        assert "MCP server 'desk'" in listing["unavailable"]["open_ticket"]
         arguments = {"customer": "acme-ana", "subject": "Login fails"}
         answer = await s.tool_calls(
             [ToolCall(tool_call_id="t1", name="open_ticket", arguments=arguments)]
@@ -94,6 +99,8 @@ async def test_a_server_down_at_start_is_refused_on_the_agent_api_then_runs_once
             return snap if finals and statuses.get(op) == "committed" else None
 
         snap = await eventually(closed, timeout_s=30.0)
+        listing = await hl.request("GET", f"/v1/sessions/{s.session_id}/tools", token=s.token)
+        assert listing["unavailable"] == {}
         assert len(_effects(desk, op)) == 1
         # One closing for the batch, in the tool's own words (no channel is attached, so it
         # waits for the session's next turn).
