@@ -119,6 +119,18 @@ async def big_report(size: int) -> dict[str, Any]:
     return {"report": "x" * size}
 
 
+@mcp.tool(
+    output_schema={
+        "type": "object",
+        "properties": {"id": {"type": "integer"}},
+        "required": ["id"],
+    }
+)
+async def garbled() -> Any:
+    """An answer that breaks the tool's own output schema (garbage to a client)."""
+    return {"id": "not a number"}
+
+
 @mcp.tool(task=TASKS)
 async def export_history(customer: str, ctx: Context) -> dict[str, Any]:
     """Export a customer's history (a long task)."""

@@ -123,6 +123,12 @@ class McpExecutor:
             return self._lost(f"connection lost after sending: {describe(exc)}", started)
         except ValidationError as exc:
             return _final(f"unreadable answer: {describe(exc)}", started)
+        except RuntimeError as exc:
+            if "structured content" not in str(exc):
+                self._connection.broken()
+                return self._lost(f"connection lost after sending: {describe(exc)}", started)
+            # The SDK checked the answer against the tool's output schema: it does not fit.
+            return _final(f"unreadable answer: {describe(exc)}", started)
         except Exception as exc:  # noqa: BLE001 - the transport failed after the send
             self._connection.broken()
             return self._lost(f"connection lost after sending: {describe(exc)}", started)

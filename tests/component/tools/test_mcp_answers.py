@@ -63,6 +63,10 @@ async def test_answers_are_classified_as_the_contract_says(desk: McpConnection) 
     fits = await big.execute(_call("k4", "big_report", {"size": 10}), timeout_s=5)
     assert (fits.outcome, fits.result) == ("success", {"report": "x" * 10})
 
+    garbage = await McpExecutor(desk, "garbled").execute(_call("k7", "garbled", {}), timeout_s=5)
+    assert garbage.outcome == "business_error"
+    assert "unreadable answer" in garbage.detail
+
     tickets = McpExecutor(desk, "open_ticket", lookup=McpLookup("find_ticket_by_key", "key"))
     opened = await tickets.execute(
         _call("k5", "open_ticket", {"customer": "ana", "subject": "Hi"}), timeout_s=5
