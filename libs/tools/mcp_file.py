@@ -221,6 +221,5 @@ def load_mcp_servers(
                 )
             declared.append(declaration.name)
         registry.add_availability(declared, connection.unavailable)
-        if execute:
-            registry.add_closer(connection.aclose)
+        registry.add_source(connection.start, connection.aclose)
 

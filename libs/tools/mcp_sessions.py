@@ -144,7 +144,6 @@ class McpConnection:
 
     def unavailable(self) -> str | None:
         """Why the server cannot be used now (None when it answered last time it was asked)."""
-        self._start()
         if self._down is None:
             return None
         return f"MCP server {self.spec.name!r} ({self.spec.address}) is unavailable: {self._down}"
@@ -176,6 +175,10 @@ class McpConnection:
         """A call failed on the transport: close the session and open a new one."""
         if self._broken is not None:
             self._broken.set()
+
+    def start(self) -> None:
+        """Open the session (`keep`), or ask a server that was down until it answers."""
+        self._start()
 
     def _start(self) -> None:
         if self._task is not None and not self._task.done():

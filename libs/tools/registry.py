@@ -45,6 +45,7 @@ class ToolRegistry:
         self._origin = "holdline"
         # tool → why it cannot be used right now (None: it can); MCP servers' tools.
         self._availability: dict[str, Callable[[], str | None]] = {}
+        self._openers: list[Callable[[], None]] = []
         self._closers: list[Callable[[], Awaitable[None]]] = []
 
     def declare(self, declaration: ToolDeclaration, *, origin: str | None = None) -> None:
@@ -69,14 +70,18 @@ class ToolRegistry:
         reason = self._availability.get(tool)
         return reason() if reason is not None else None
 
-    def open_sources(self) -> None:
-        """Start connecting to every tool source that may be down (the worker, at start)."""
-        for reason in {id(r): r for r in self._availability.values()}.values():
-            reason()
-
-    def add_closer(self, close: Callable[[], Awaitable[None]]) -> None:
-        """Something to close with the process (an MCP server's session)."""
+    def add_source(
+        self, open_: Callable[[], None], close: Callable[[], Awaitable[None]]
+    ) -> None:
+        """A tool source this process connects to (an MCP server): opened once the process's
+        event loop runs (`open_sources`), closed with the process (`aclose`)."""
+        self._openers.append(open_)
         self._closers.append(close)
+
+    def open_sources(self) -> None:
+        """Connect to the tool sources (called once, from the process's event loop)."""
+        for open_ in self._openers:
+            open_()
 
     async def aclose(self) -> None:
         """Close what the tools hold open (MCP sessions, stdio servers)."""
