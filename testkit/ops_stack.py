@@ -107,6 +107,7 @@ class OpsStack:
         await self.view.follow(self.js, self.topology)
         registry = default_registry(settings=self.tools)
         registry.load_modules(["testkit.tools_plugin"])
+        registry.open_sources()
         self.admission = Admission(
             NatsEventStore(self.js, {}),
             self.topology,

@@ -88,6 +88,8 @@ def _plan_call(
         return [reject("unknown_tool", f"{call.tool} is not offered to agents")]
     if refusal := rules.agent_allowed(declaration, caller):
         return [reject(*refusal)]
+    if down := registry.unavailable(call.tool):
+        return [reject("tool_unavailable", down)]
     items = rules.expand(declaration, call.arguments)
     if isinstance(items, tuple):
         return [reject(*items)]

@@ -113,6 +113,8 @@ class OperationState:
     deadline_at: datetime | None = None
     last_attempt_at: datetime | None = None
     progress_notes: int = 0
+    # The last `operation.progress` message (a poll passes a new one on, not a repeat).
+    last_progress: str = ""
     # Status to return to if a cancel request is refused.
     before_cancel: OpStatus | None = None
     result: dict[str, Any] | None = None
@@ -256,8 +258,10 @@ def evolve(state: OperationState | None, env: Envelope[OperationEvent]) -> Opera
                 awaiting_async=outcome == "accepted_async",
                 last_attempt_at=env.occurred_at,
             )
-        case OperationProgress():
-            return evolved(state, version=v, progress_notes=state.progress_notes + 1)
+        case OperationProgress(message=message):
+            return evolved(
+                state, version=v, progress_notes=state.progress_notes + 1, last_progress=message
+            )
         case OperationRetryScheduled(reason=reason, retry_at=retry_at):
             return evolved(
                 state, version=v, status=S.FAILED_RETRYABLE, failure=reason, retry_at=retry_at

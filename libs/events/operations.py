@@ -22,6 +22,8 @@ RejectReason = Literal[
     "batch_too_large",
     # Its turn died between `batch.opened` and the admission; the coordinator closed it.
     "interrupted",
+    # Its source (an MCP server) cannot be reached right now; the detail says why.
+    "tool_unavailable",
 ]
 
 AttemptOutcome = Literal[
@@ -35,6 +37,8 @@ AttemptOutcome = Literal[
     "connect_error",
     "timeout_before_send",
     "timeout_after_send",
+    # Sent, the answer lost, and nothing to reconcile through: failed for good, never re-sent.
+    "unknown_outcome",
 ]
 
 CompletionSource = Literal["response", "callback", "poll", "reconcile", "operator"]

@@ -160,6 +160,11 @@ _REASONS_EN = {
     "unknown_operation": "I could not find it",
     "cancel_raced": "its state changed at that very moment; please ask again",
     "handled_elsewhere": "it is already being handled in another conversation of yours",
+    "tool_unavailable": "the system that does it cannot be reached right now",
+    "unknown_outcome": (
+        "it was sent but the answer was lost, so I cannot tell whether it went through; "
+        "I did not send it again"
+    ),
 }
 _REASONS_ES = {
     "unknown_tool": "no es algo que pueda hacer aquí",
@@ -179,6 +184,10 @@ _REASONS_ES = {
     "unknown_operation": "no la encuentro",
     "cancel_raced": "su estado cambió en ese mismo momento; pídemelo otra vez",
     "handled_elsewhere": "ya se está gestionando en otra conversación tuya",
+    "tool_unavailable": "el sistema que lo hace no responde ahora mismo",
+    "unknown_outcome": (
+        "se envió pero se perdió la respuesta, así que no sé si se hizo; no lo he vuelto a enviar"
+    ),
 }
 _ACTIVE = frozenset({"requested", "admitted", "running", "failed_retryable", "unknown"})
 

@@ -32,6 +32,7 @@ _ALTERNATIVES_EN: dict[str, str] = {
     "agent_not_allowed": "I can hand you to the agent that handles {items}",
     "invalid_arguments": "tell me the corrected details for {items} and I will retry",
     "cancelled": "if you still want {items}, ask me again",
+    "unknown_outcome": "check whether {items} went through before you ask me again",
 }
 _ALTERNATIVES_ES: dict[str, str] = {
     "over_limit": "puedo volver a intentar {items} en unos minutos, cuando se libere el límite",
@@ -40,6 +41,7 @@ _ALTERNATIVES_ES: dict[str, str] = {
     "agent_not_allowed": "puedo pasarte con el agente que gestiona {items}",
     "invalid_arguments": "dime los datos corregidos de {items} y lo reintento",
     "cancelled": "si aún quieres {items}, pídemelo de nuevo",
+    "unknown_outcome": "comprueba si {items} se hizo antes de pedírmelo otra vez",
 }
 
 
@@ -61,6 +63,16 @@ def explain_from_templates(outcomes: Sequence[OperationOutcome], *, language: st
             f"Hecho: {_join(done, conj)}." if spanish else f"Done: {_join(done, conj)}."
         )
     for outcome in failed:
+        if _cause(outcome) == "unknown_outcome" and not outcome.line:
+            # Sent, the answer lost, nothing to look it up with: neither done nor failed.
+            parts.append(
+                f"Envié {outcome.label}, pero se perdió la respuesta: no sé si se hizo, "
+                "y no lo he vuelto a enviar."
+                if spanish
+                else f"I sent {outcome.label}, but the answer was lost: I cannot tell "
+                "whether it went through, and I did not send it again."
+            )
+            continue
         why = outcome.detail.split(":", 1)[-1].strip() or outcome.status.replace("_", " ")
         parts.append(
             outcome.line

@@ -115,3 +115,5 @@ class ToolDeclaration:
     closing: Callable[[Mapping[str, Any], Mapping[str, Any]], str] | None = None
     # A failure line from the arguments and why it failed ("No ticket for billing: quota.").
     failure: Callable[[Mapping[str, Any], str], str] | None = None
+    # Async completions are polled from the start (no callback ever comes: MCP tasks).
+    polled: bool = False

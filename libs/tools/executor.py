@@ -49,7 +49,9 @@ class AttemptResult:
 class Lookup:
     """What the system of record says about an effect, for reconciliation and polling."""
 
-    state: Literal["committed", "pending", "absent", "failed", "cancelled", "error"]
+    # "unknown": the system of record cannot be asked (no lookup exists); the effect may or
+    # may not exist, and nothing is sent again.
+    state: Literal["committed", "pending", "absent", "failed", "cancelled", "error", "unknown"]
     result: dict[str, Any] = field(default_factory=dict)
     provider_ref: str | None = None
     detail: str = ""

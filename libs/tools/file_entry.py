@@ -21,9 +21,15 @@ _ENV = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-([^}]*))?\}")
 class FileEntry:
     """Error messages for one entry: `<file>: tools[<i>] (<name>): <field>: <problem>`."""
 
-    def __init__(self, path: Path, index: int, raw: Mapping[str, Any]) -> None:
+    def __init__(
+        self, path: Path, index: int, raw: Mapping[str, Any], *, within: str = ""
+    ) -> None:
+        # `within`: the entry's parent, for entries nested in another table
+        # (`mcp_servers[0] ('desk').`).
         name = raw.get("name")
-        self.where = f"{path}: tools[{index}]" + (f" ({name!r})" if isinstance(name, str) else "")
+        self.where = f"{path}: {within}tools[{index}]" + (
+            f" ({name!r})" if isinstance(name, str) else ""
+        )
 
     def error(self, field: str, problem: str) -> DeclarationError:
         return DeclarationError(f"{self.where}: {field}: {problem}")

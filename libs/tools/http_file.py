@@ -159,9 +159,14 @@ def parse_entry(
     client: HttpClient | None,
     *,
     max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+    within: str = "",
+    executor: str | None = None,
 ) -> tuple[ToolDeclaration, HttpExecutor | None]:
-    """One `[[tools]]` entry → its declaration (and executor when a client is given)."""
-    entry = FileEntry(path, index, raw if isinstance(raw, dict) else {})
+    """One `[[tools]]` entry → its declaration (and executor when a client is given).
+
+    `executor` names an executor of another kind (an MCP server's tools, `mcp_file.py`):
+    the entry then has no `http` table and no HTTP executor is built."""
+    entry = FileEntry(path, index, raw if isinstance(raw, dict) else {}, within=within)
     raw = read_table(entry, raw, "", _TOP)
     name = raw.get("name")
     if not isinstance(name, str) or not _NAME.match(name):
@@ -192,7 +197,13 @@ def parse_entry(
     closing = _template_fn(entry, raw, "closing", names, result=True)
     # A failure line names arguments and `{detail}`, why it failed.
     failure = _template_fn(entry, raw, "failure", names | {"detail"}, result=False)
-    http = http_spec(entry, raw.get("http"), names, raw, max_response_bytes=max_response_bytes)
+    if executor is not None and "http" in raw:
+        raise entry.error("http", "not for a tool of an MCP server (called through its server)")
+    http = (
+        http_spec(entry, raw.get("http"), names, raw, max_response_bytes=max_response_bytes)
+        if executor is None
+        else None
+    )
     owned = raw.get("owned_values", [])
     if not isinstance(owned, list) or not all(isinstance(o, str) for o in owned):
         raise entry.error("owned_values", "must be a list of strings")
@@ -201,7 +212,7 @@ def parse_entry(
         name=name,
         description=description.strip(),
         arguments=arguments,
-        executor=f"http.{name}",
+        executor=executor or f"http.{name}",
         batch_field=batch_field,
         item_field=item_field,
         max_batch=read_typed(entry, raw, "max_batch", int, defaults.max_batch),
@@ -237,7 +248,9 @@ def parse_entry(
     found = problems(declaration)
     if found:
         raise entry.error("declaration", "; ".join(found))
-    return declaration, HttpExecutor(http, client) if client is not None else None
+    if http is None or client is None:
+        return declaration, None
+    return declaration, HttpExecutor(http, client)
 
 
 class NoTools(DeclarationError):
@@ -260,11 +273,13 @@ def load_tools_file(
         raise DeclarationError(f"HOLDLINE_TOOLS_FILE {file}: cannot read: {exc.strerror}") from None
     except tomllib.TOMLDecodeError as exc:
         raise DeclarationError(f"{file}: not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - {"tools"})
+    unknown = sorted(set(data) - {"tools", "mcp_servers"})
     if unknown:
-        raise DeclarationError(f"{file}: {unknown[0]}: unknown top-level field (only [[tools]])")
-    tools = data.get("tools")
-    if not isinstance(tools, list) or not tools:
+        raise DeclarationError(
+            f"{file}: {unknown[0]}: unknown top-level field (only [[tools]] and [[mcp_servers]])"
+        )
+    tools = data.get("tools", [] if "mcp_servers" in data else None)
+    if not isinstance(tools, list) or not (tools or "mcp_servers" in data):
         raise NoTools(f"{file}: no [[tools]] entries")
     for index, raw in enumerate(tools):
         declaration, executor = parse_entry(
@@ -278,3 +293,9 @@ def load_tools_file(
             ) from None
         if executor is not None:
             registry.register_executor(declaration.executor, executor)
+    if "mcp_servers" in data:
+        # Imported here: `mcp_file` reads entries through this module, and it needs the `mcp`
+        # client (the `server` extra), which a file of HTTP tools alone does not.
+        from .mcp_file import load_mcp_servers  # noqa: PLC0415
+
+        load_mcp_servers(file, data["mcp_servers"], registry, execute=client is not None)

@@ -9,7 +9,7 @@ is added (`libs.tools.checks`); a duplicate name or a bad declaration stops the 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 from libs.config import ToolSettings
@@ -48,6 +48,10 @@ class ToolRegistry:
         self._agents: dict[str, AgentDeclaration] = {}
         # Where declarations come from while they are being added (named in errors).
         self._origin = "holdline"
+        # tool → why it cannot be used right now (None: it can); MCP servers' tools.
+        self._availability: dict[str, Callable[[], str | None]] = {}
+        self._openers: list[Callable[[], None]] = []
+        self._closers: list[Callable[[], Awaitable[None]]] = []
 
     def declare(self, declaration: ToolDeclaration, *, origin: str | None = None) -> None:
         """Add a tool; refused if the name is taken or the declaration is not enforceable."""
@@ -60,6 +64,34 @@ class ToolRegistry:
         check(declaration)
         self._tools[declaration.name] = declaration
         self._origins[declaration.name] = origin
+
+    def add_availability(self, tools: Iterable[str], reason: Callable[[], str | None]) -> None:
+        """Tools whose source may be down: `reason()` says why they are refused right now."""
+        for tool in tools:
+            self._availability[tool] = reason
+
+    def unavailable(self, tool: str) -> str | None:
+        """Why a declared tool cannot be admitted right now (None when it can)."""
+        reason = self._availability.get(tool)
+        return reason() if reason is not None else None
+
+    def add_source(
+        self, open_: Callable[[], None], close: Callable[[], Awaitable[None]]
+    ) -> None:
+        """A tool source this process connects to (an MCP server): opened once the process's
+        event loop runs (`open_sources`), closed with the process (`aclose`)."""
+        self._openers.append(open_)
+        self._closers.append(close)
+
+    def open_sources(self) -> None:
+        """Connect to the tool sources (called once, from the process's event loop)."""
+        for open_ in self._openers:
+            open_()
+
+    async def aclose(self) -> None:
+        """Close what the tools hold open (MCP sessions, stdio servers)."""
+        for close in self._closers:
+            await close()
 
     def declare_agent(self, agent: AgentDeclaration) -> None:
         """Add an agent (see `libs.tools.agents`); refused if the name is taken."""

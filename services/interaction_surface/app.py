@@ -85,6 +85,9 @@ def start_parts(
     model: ConversationModel,
 ) -> Started:
     """Build, in dependency order, the parts that need the broker connection."""
+    # An MCP server down at start is asked again until it answers (its tools are refused at
+    # admission meanwhile).
+    registry.open_sources()
     clock: Clock = surface.clock
     ids: Ids = surface.ids
     admission = Admission(

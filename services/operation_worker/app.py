@@ -59,10 +59,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         {DISPATCH.role: Bound(worker.execute, **tuning), WORK.role: Bound(worker.work, **tuning)},
     )
 
+    async def start() -> None:
+        # One session per MCP server in this process, opened now rather than at first call.
+        registry.open_sources()
+
     async def stop() -> None:
         await client.aclose()
+        await registry.aclose()
 
-    app = create_service_app(runtime, consumers, title="holdline operation-worker", on_stop=stop)
+    app = create_service_app(
+        runtime, consumers, title="holdline operation-worker", on_start=start, on_stop=stop
+    )
     install_problem_handlers(app)
 
     @app.post("/v1/callbacks/{executor}")

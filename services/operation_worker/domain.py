@@ -152,6 +152,10 @@ def after_attempt(
             return AfterAttempt(
                 [OperationUnknown(reason=f"no answer after sending: {result.detail}")]
             )
+        case "unknown_outcome":
+            return AfterAttempt(
+                [OperationFailedFinal(reason="unknown_outcome", detail=result.detail)]
+            )
         case outcome if outcome in _RETRYABLE:
             return _retry(
                 state,

@@ -224,10 +224,16 @@ def after_reconcile(
     """The system of record's answer for an UNKNOWN operation.
 
     Only an explicit "absent" reopens the operation for a resend; pending or unreachable
-    looks again later, so nothing is ever sent twice on a guess.
+    looks again later, so nothing is ever sent twice on a guess. "unknown" (nothing can be
+    asked: an MCP tool with no lookup tool) ends it as `unknown_outcome`, never re-sent.
     """
     if found.state == "absent":
         return Emit((OperationReconciled(detail="no effect at the provider"),), done=False)
+    if found.state == "unknown":
+        failed = OperationFailedFinal(
+            reason="unknown_outcome", detail=found.detail, via="reconcile"
+        )
+        return Emit((failed,), done=True)
     events = after_lookup(state, found)
     if events:
         return Emit(tuple(events), done=True)
@@ -253,11 +259,22 @@ def await_completion(
     return PollProvider()
 
 
-def after_poll(found: Lookup, *, now: datetime, recheck_s: float) -> Emit | Wait:
-    """A poll of an overdue async completion: apply it, or look again later."""
+def after_poll(
+    found: Lookup, *, now: datetime, recheck_s: float, last_progress: str | None = None
+) -> Emit | Wait:
+    """A poll of an overdue async completion: apply it, or look again later.
+
+    A pending answer with a new message (an MCP task's status) is passed on as progress."""
     events = completion_events(found, "poll", cancel_requested=False)
     if events:
         return Emit(tuple(events), done=True)
+    if (
+        found.state == "pending"
+        and found.detail
+        and last_progress is not None
+        and found.detail != last_progress
+    ):
+        return Emit((OperationProgress(message=found.detail[:200]),), done=False)
     return Wait(now + _seconds(recheck_s))
 
 

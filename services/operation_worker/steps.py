@@ -180,15 +180,18 @@ class Steps:
             op.state,
             self._clock.now(),
             progress_after_s=self._settings.progress_after_s,
-            callback_overdue_s=self._settings.callback_overdue_s,
+            # A polled tool's completion never comes by callback: poll from the start.
+            callback_overdue_s=0.0 if declaration.polled else self._settings.callback_overdue_s,
             recheck_s=self._recheck_s,
         )
         if not isinstance(step, PollProvider):
             return await self._emit(op, step)
         executor = self._registry.executor_for(op.state.tool)
         found = await executor.poll(call_of(op.state), timeout_s=self._timeout(declaration))
+        last = op.state.last_progress if declaration.polled else None
         return await self._emit(
-            op, after_poll(found, now=self._clock.now(), recheck_s=self._recheck_s)
+            op,
+            after_poll(found, now=self._clock.now(), recheck_s=self._recheck_s, last_progress=last),
         )
 
     async def _reconcile(self, op: Op, declaration: ToolDeclaration) -> Op | None:

@@ -41,6 +41,9 @@ class ToolsOut(BaseModel):
     agent: str
     format: Literal["openai", "anthropic", "json-schema"]
     tools: list[dict[str, Any]]
+    # Tools whose source cannot be reached right now (an MCP server), and why: a call to one
+    # is refused at admission with reason `tool_unavailable`.
+    unavailable: dict[str, str] = {}
 
 
 class OperationOut(BaseModel):

@@ -114,11 +114,14 @@ def add_agent_routes(router: APIRouter, api: AgentApi) -> None:
                 422, "Invalid request", f"format must be one of {', '.join(FORMATS)}"
             )
         registry = api._calls().registry
+        tools = offered(registry, state.agent)
+        down = {t.name: reason for t in tools if (reason := registry.unavailable(t.name))}
         return JSONResponse(
             {
                 "agent": state.agent,
                 "format": format,
-                "tools": definitions(offered(registry, state.agent), format),
+                "tools": definitions(tools, format),
+                "unavailable": down,
             }
         )
 

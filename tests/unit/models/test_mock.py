@@ -516,3 +516,18 @@ async def test_a_resource_it_cannot_tell_is_asked_for(
     reply = await model.respond(turn(text))
     assert calls_of(reply) == []
     assert words in reply.text
+
+
+async def test_an_unknown_outcome_is_said_as_unknown_never_as_retry_now() -> None:
+    outcomes = [
+        OperationOutcome(
+            "op-1", "add_note", "a note", "failed_final",
+            "unknown_outcome: no answer within 2 s; no lookup tool declared",
+        ),
+    ]
+    text = await get_model("mock").explain_failures(outcomes, language="en")
+    assert "I cannot tell whether it went through" in text
+    assert "I did not send it again" in text
+    assert "retry" not in text
+    spanish = await get_model("mock").explain_failures(outcomes, language="es")
+    assert "no sé si se hizo" in spanish

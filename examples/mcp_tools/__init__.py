@@ -1,0 +1,1 @@
+"""A support desk as an MCP server (FastMCP), imported as holdline tools by a tools file."""
