@@ -35,7 +35,7 @@ from libs.openapi import publish
 from libs.problems import install_problem_handlers
 from libs.roles import published_contexts
 from libs.service import Runtime, create_service_app
-from libs.tools import ToolRegistry, default_registry
+from libs.tools import ToolRegistry, default_registry, demo_speech
 
 from .agent.acks import AgentAcks
 from .agent.bodies import AGENT_BODIES
@@ -61,6 +61,7 @@ from .settings import Misconfigured, Settings
 from .voice.call import CallRegistry
 from .voice.channel import CallChannel
 from .voice.ownership import CallOwnership
+from .voice.speech_vocabulary import vocabulary_for
 from .voice.wiring import install_voice, start_voice
 
 STATIC = Path(__file__).parent / "static"
@@ -203,7 +204,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
         metrics.initialise_deliveries()
         surface.started = start_parts(runtime, surface, load_view, registry, model)
-        telephony.started = await start_voice(telephony, surface, executor, call_channel)
+        # What the offline recognizer may hear: the declared tools' names and phrases.
+        telephony.started = await start_voice(
+            telephony, surface, executor, call_channel,
+            vocabulary_for(
+                (t.name for t in registry.tools()), demo_speech.SPEECH,
+                demo_speech.PRONUNCIATIONS,
+            ),
+        )
 
     async def on_stop() -> None:
         if telephony.started is not None:
