@@ -90,6 +90,9 @@ def steps(quick: bool) -> list[Step]:
             if quick else ()
         )
         found.append(Step("voice", "bench.voice", voice_args, 60 if quick else 600))
+    if (ROOT / "bench" / "speech.py").exists():
+        # The offline recognizer on a telephone speech corpus made in the run.
+        found.append(Step("speech", "bench.speech", (), 180))
     return found
 
 

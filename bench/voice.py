@@ -58,6 +58,7 @@ from services.interaction_surface.voice.engines.pocketsphinx import Pocketsphinx
 from services.interaction_surface.voice.vad import VadConfig, webrtc_classifier
 from services.interaction_surface.voice.wiring import PRIMER_TEXT
 from testkit import stimuli
+from testkit.speech_corpus import demo_vocabulary
 
 RESULTS = Path(__file__).parent / "results" / "voice.json"
 PHRASES = (
@@ -498,7 +499,7 @@ async def run(trials: int, blips: int, stop_trials: int, stimulus_trials: int) -
     )
     callers = [await synthesize(tts, phrase) for phrase in PHRASES]
     rng = random.Random(7)  # noqa: S311 - reproducible trial order, not security
-    stt = PocketsphinxStt(await synthesize(tts, PRIMER_TEXT))
+    stt = PocketsphinxStt(await synthesize(tts, PRIMER_TEXT), demo_vocabulary())
     requests = [await synthesize(tts, phrase) for phrase in REQUESTS]
     series: dict[str, Any] = {}
     for name, config in CONFIGS.items():

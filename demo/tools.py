@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Annotated, Any
 
 import msgspec
 
+from demo import speech
 from libs.tools.declaration import BusinessLimits, Limits, ToolDeclaration
 from libs.tools.registry import ToolRegistry
 
@@ -187,7 +189,7 @@ def register(registry: ToolRegistry) -> None:
     """Declare the demo tools and, in the worker (a client is given), their sandbox
     executors, whose callbacks arrive on one route (`/v1/callbacks/sandbox`)."""
     for declaration in DEMO_TOOLS:
-        registry.declare(declaration)
+        registry.declare(replace(declaration, speech=speech.hints(declaration.name)))
     if registry.client is None:
         return
     settings = registry.settings

@@ -8,7 +8,7 @@ from .delivery_gate import GateView, choose_delivery, decide_delivery
 from .gate_policy import GatePolicy
 from .operation import TERMINAL, IllegalTransition, OperationState, OpStatus
 from .projection import Projection
-from .session import Message, SessionError, SessionState
+from .session import Message, PendingHearing, SessionError, SessionState
 from .sync_mode import SyncMode
 
 __all__ = [
@@ -26,6 +26,7 @@ __all__ = [
     "OpStatus",
     "OperationFacts",
     "OperationState",
+    "PendingHearing",
     "Projection",
     "SessionError",
     "SessionState",

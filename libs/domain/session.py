@@ -9,6 +9,8 @@ from libs.events import (
     ChannelConnected,
     ChannelDisconnected,
     Envelope,
+    HearingAsked,
+    HearingSettled,
     InteractionEvent,
     PlaybackFinished,
     PlaybackStarted,
@@ -41,6 +43,14 @@ class Message:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingHearing:
+    """A "did you say ...?" the caller has not answered: asked again on the next call."""
+
+    text: str
+    question: str
+
+
+@dataclass(frozen=True, slots=True)
 class SessionState:
     """A session as rebuilt from its interaction events."""
 
@@ -57,6 +67,8 @@ class SessionState:
     connections: frozenset[str] = field(default_factory=frozenset)
     # The channel the conversation last came through (chat, voice or an external agent).
     last_channel: str = "chat"
+    # A hearing question still waiting for the caller's yes or no.
+    pending_hearing: PendingHearing | None = None
     version: int = 0
 
 
@@ -124,6 +136,10 @@ def evolve(state: SessionState | None, env: Envelope[InteractionEvent]) -> Sessi
             return evolved(state, connections=state.connections | {conn}, last_channel=kind)
         case ChannelDisconnected(connection_id=conn, channel=kind):
             return evolved(state, connections=state.connections - {conn}, last_channel=kind)
+        case HearingAsked(text=text, question=question):
+            return evolved(state, pending_hearing=PendingHearing(text, question))
+        case HearingSettled():
+            return evolved(state, pending_hearing=None)
     raise SessionError(f"unhandled interaction event {type(event).__name__}")
 
 

@@ -141,6 +141,21 @@ class ChannelDisconnected(_Event, frozen=True, kw_only=True, tag="channel.discon
     reason: str = "closed"
 
 
+class HearingAsked(_Event, frozen=True, kw_only=True, tag="hearing.asked"):
+    """The caller was asked whether a request was heard right ("Did you say ...?")."""
+
+    # The request as heard: it runs as such on a yes.
+    text: str
+    question: str
+    connection_id: str
+
+
+class HearingSettled(_Event, frozen=True, kw_only=True, tag="hearing.settled"):
+    """The question about a hearing was answered, or a new request replaced it."""
+
+    answer: Literal["yes", "no", "replaced"]
+
+
 InteractionEvent = (
     SessionOpened
     | SessionClosed
@@ -158,4 +173,6 @@ InteractionEvent = (
     | ToolCallsReceived
     | ChannelConnected
     | ChannelDisconnected
+    | HearingAsked
+    | HearingSettled
 )

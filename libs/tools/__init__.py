@@ -9,6 +9,7 @@ from .declaration import (
     Limits,
     OverflowPolicy,
     Role,
+    SpeechHints,
     ToolDeclaration,
     normalise_resource,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "OperationCall",
     "OverflowPolicy",
     "Role",
+    "SpeechHints",
     "ToolDeclaration",
     "ToolRegistry",
     "UnknownTool",

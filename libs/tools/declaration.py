@@ -64,6 +64,18 @@ class BusinessLimits:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeechHints:
+    """How callers say a tool's requests, for an offline recognizer's vocabulary."""
+
+    # The names its requests act on ("github", "jira"): `{a}`, `{b}`, `{c}` in the phrases.
+    names: tuple[str, ...] = ()
+    # (language, phrase template) pairs: ("en", "give me access to {a} and {b}").
+    phrases: tuple[tuple[str, str], ...] = ()
+    # word -> pronunciations in the recognizer's phone set, for words its dictionary lacks.
+    pronunciations: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
 class ToolDeclaration:
     """One tool, declared once: everything admission and the worker need to know about it."""
 
@@ -117,3 +129,5 @@ class ToolDeclaration:
     failure: Callable[[Mapping[str, Any], str], str] | None = None
     # Async completions are polled from the start (no callback ever comes: MCP tasks).
     polled: bool = False
+    # What an offline recognizer should expect callers to say for this tool (None: nothing).
+    speech: SpeechHints | None = None

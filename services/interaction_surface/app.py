@@ -61,6 +61,7 @@ from .settings import Misconfigured, Settings
 from .voice.call import CallRegistry
 from .voice.channel import CallChannel
 from .voice.ownership import CallOwnership
+from .voice.speech_vocabulary import vocabulary_of
 from .voice.wiring import install_voice, start_voice
 
 STATIC = Path(__file__).parent / "static"
@@ -211,7 +212,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.initialise_tools(t.name for t in registry.tools(include_internal=True))
         metrics.initialise_deliveries()
         surface.started = start_parts(runtime, surface, load_view, registry, model)
-        telephony.started = await start_voice(telephony, surface, executor, call_channel)
+        # What the offline recognizer may hear: the declared tools' names and phrases.
+        telephony.started = await start_voice(
+            telephony, surface, executor, call_channel,
+            vocabulary_of(registry.tools()),
+        )
 
     async def on_stop() -> None:
         await surface.sweeper.stop()

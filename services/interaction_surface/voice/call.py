@@ -111,7 +111,7 @@ class Call:
             not_a_turn=self._cancelled_turns.clear,
         )
         # A request heard with doubt, waiting for the caller's yes or no.
-        self._doubt = Doubt(self.connection_id, ports.stt, ports.floor)
+        self._doubt = Doubt(self.connection_id, ports.stt, ports.floor, record=self.interaction)
         self._keypad = Keypad(
             self.connection_id, self.session_id, pause_ms=ports.dtmf_pause_ms,
             awaiting_confirmation=ports.awaiting_confirmation,
@@ -251,6 +251,17 @@ class Call:
         for action in self._doubt.answer(yes):
             self._start(action)
 
+    def ask_again(self) -> None:
+        """The session's unanswered "did you say ...?" (an earlier call dropped): asked
+        again, and the caller's yes or no answers it."""
+        pending = self.session.pending_hearing
+        for action in tt.ask_again(
+            pending.question if pending else None, connection_id=self.connection_id
+        ):
+            assert pending is not None
+            self._doubt.restore(pending)
+            self._start(action)
+
     def _start(self, action: tt.RunTurn | tt.SayLine) -> None:
         """A turn, or a fixed line, runs in the background."""
         if isinstance(action, tt.RunTurn):
@@ -362,6 +373,7 @@ class Call:
             return
         if self._turn_task is task:
             self._turn_task = None
+        self._doubt.asked(turn_id=turn_id, response_id=response_id)
         settled = await self.say(reply, response_id, turn_id=turn_id, response_id=response_id)
         if not settled.heard:
             texts = self.ports.delivery_texts(attached) if self.ports.delivery_texts else {}

@@ -282,6 +282,14 @@ def plan_cut(
     )
 
 
+def ask_again(question: str | None, *, connection_id: str) -> list[SayLine]:
+    """A call opens on a session whose last "did you say ...?" was never answered (the call
+    dropped first): the question is put again, before anything else."""
+    if not question:
+        return []
+    return [SayLine(question, f"line-{connection_id}-again")]
+
+
 def answer_doubt(
     doubt: str | None, yes: bool, *, connection_id: str, answered: int
 ) -> list[RunTurn | SayLine]:

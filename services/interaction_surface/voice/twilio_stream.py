@@ -220,5 +220,7 @@ async def _start(
     if telephony.on_attach is not None:
         telephony.on_attach(call)
     call.interaction(ChannelConnected(channel="voice", connection_id=call.connection_id))
+    # An earlier call of the session dropped before its "did you say ...?" was answered.
+    call.ask_again()
     CALLS.labels(outcome="started").inc()
     return call

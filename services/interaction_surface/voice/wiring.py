@@ -28,6 +28,7 @@ from .engines.deepgram_stt import DeepgramStt
 from .engines.espeak import EspeakTts
 from .engines.pocketsphinx import PocketsphinxStt
 from .engines.registry import register_stt, register_tts, stt_named, tts_named
+from .engines.vocabulary import SpeechVocabulary
 from .ownership import CallOwnership
 from .playback import Settled
 from .settings import VoiceSettings
@@ -83,13 +84,15 @@ def install_voice(
 PRIMER_TEXT = "hello, how can I help you today"
 
 
-async def _stt(tts: TextToSpeech, name: str) -> SpeechToText | None:
+async def _stt(
+    tts: TextToSpeech, name: str, vocabulary: SpeechVocabulary
+) -> SpeechToText | None:
     try:
         # Only the local recognizer needs the primer: with a cloud TTS it costs a paid request
         # at start-up, and a failed one must not switch off a cloud recognizer.
         if name == "pocketsphinx":
             primer = await synthesize(tts, PRIMER_TEXT)
-            register_stt("pocketsphinx", lambda: PocketsphinxStt(primer))
+            register_stt("pocketsphinx", lambda: PocketsphinxStt(primer, vocabulary))
         return stt_named(name)
     except SpeechError:
         # Calls still work without transcription: VAD, barge-in and deliveries need no STT.
@@ -151,11 +154,16 @@ async def start_ownership(
 
 
 async def start_voice(
-    telephony: Telephony, surface: Surface, executor: DeliveryExecutor, channel: CallChannel
+    telephony: Telephony,
+    surface: Surface,
+    executor: DeliveryExecutor,
+    channel: CallChannel,
+    vocabulary: SpeechVocabulary,
 ) -> VoiceStarted:
     """Engines, buckets and the turn hook, once the surface's turns exist.
 
-    `HOLDLINE_SPEECH_MODULES` names modules that register extra engines first.
+    `HOLDLINE_SPEECH_MODULES` names modules that register extra engines first; the offline
+    recognizer is built for `vocabulary` (the declared tools' names and phrases).
     """
     settings = telephony.voice
     # Built in first, so a user's module may still replace it.
@@ -220,7 +228,7 @@ async def start_voice(
     tts = tts_named(settings.tts)
     ports = SpeechPorts(
         tts=tts,
-        stt=await _stt(tts, settings.stt),
+        stt=await _stt(tts, settings.stt, vocabulary),
         vad=vad,
         record=record,
         append_control=control.append,

@@ -121,8 +121,8 @@ async def test_a_doubtful_request_is_confirmed_before_anything_is_admitted(
 ) -> None:
     chat = await open_chat(client)
     phone = await call_in(stack.url, chat)
-    # The recogniser hears "jira" as "you": a value no access is called by.
-    said = "give me access to github and jira"
+    # "vault" is no name of the catalogue: the recogniser hears a name it is unsure of.
+    said = "give me access to github and vault"
     await phone.talk(await speech(said))
     first = await _reply(chat)
     heard = (await events_of(chat, "turn.received"))[0]["data"]["text"]
@@ -153,7 +153,9 @@ async def test_a_doubtful_request_is_confirmed_before_anything_is_admitted(
     operations = await eventually(admitted, timeout_s=20)
     turns = await events_of(chat, "turn.received")
     assert turns[-1]["data"]["client_turn_id"] == f"heard-call_{phone.call_sid}-2"
-    assert turns[-1]["data"]["text"] == heard
+    # The request that runs is the one the question was about: the second hearing.
+    assert turns[-1]["data"]["text"] == turns[1]["data"]["text"]
+    assert turns[1]["data"]["text"].startswith("give me access to github")
     assert {o["turn_id"] for o in operations} == {turns[-1]["turn_id"]}
     assert await eventually(lambda: _effects(stack, "github"), timeout_s=20) == 1
     await phone.hang_up()

@@ -17,11 +17,9 @@ from services.interaction_surface.voice.codec import (
     ulaw_to_pcm16,
     upsample_8k_to_16k,
 )
-from services.interaction_surface.voice.engines.pocketsphinx import (
-    PocketsphinxStt,
-    arpa_bigram,
-    domain_corpus,
-)
+from services.interaction_surface.voice.engines.pocketsphinx import PocketsphinxStt
+from services.interaction_surface.voice.engines.vocabulary import arpa, sentences
+from services.interaction_surface.voice.floor import FloorConfig, doubtful_values
 from services.interaction_surface.voice.playback import PlaybackLedger, heard_prefix, unheard_rest
 from services.interaction_surface.voice.twilio import signature_ok, twilio_signature
 from services.interaction_surface.voice.twilio_frames import (
@@ -33,6 +31,7 @@ from services.interaction_surface.voice.twilio_frames import (
 from services.interaction_surface.voice.vad import VadConfig, VadEvent, VoiceActivity
 from services.interaction_surface.voice.wiring import PRIMER_TEXT
 from testkit.phone import speech
+from testkit.speech_corpus import demo_vocabulary
 
 
 def frames(ulaw: bytes) -> list[bytes]:
@@ -257,23 +256,31 @@ def test_twilio_signature() -> None:
 
 
 async def test_pocketsphinx_with_the_domain_lm_transcribes_telephone_audio() -> None:
-    engine = PocketsphinxStt(await speech(PRIMER_TEXT, tail_silence_ms=0))
+    engine = PocketsphinxStt(await speech(PRIMER_TEXT, tail_silence_ms=0), demo_vocabulary())
     for text in (
         "wait one moment please",
         "give me access to okta",
-        "give me access to notion zoom and gitlab",
+        "give me access to notion and gitlab",
+        "give me access to github and jira",
     ):
         audio = silence_ulaw(200) + await speech(text, tail_silence_ms=500)
         recognizer = engine.session()
         for frame in frames(audio):
             recognizer.feed(frame)
         assert recognizer.finish() == text
+        words = recognizer.words()
+        assert [w.text for w in words] == text.split()
+        if text.endswith("jira"):
+            # The first phone call: both names heard surely enough to act on.
+            calls = [("provision_access", {"accesses": ["github", "jira"]})]
+            assert doubtful_values(calls, words, engine.known_values, FloorConfig()) == []
     assert engine.session().finish() == ""
 
 
-def test_domain_lm_is_a_valid_bigram_model() -> None:
-    corpus = domain_corpus()
-    arpa = arpa_bigram(corpus)
-    assert arpa.startswith("\\data\\\nngram 1=")
-    assert "give me" in arpa
-    assert arpa.rstrip().endswith("\\end\\")
+def test_domain_lm_is_a_valid_trigram_model() -> None:
+    model = arpa(sentences(demo_vocabulary()))
+    assert model.startswith("\\data\\\nngram 1=")
+    assert "ngram 3=" in model
+    assert "give me access" in model
+    assert "dame acceso a" in model
+    assert model.rstrip().endswith("\\end\\")
