@@ -57,6 +57,10 @@ from .core.view import SurfaceView
 from .core.writes import SurfaceWrites
 from .delivery.executor import DeliveryExecutor
 from .identity import JwtVerifier
+from .mcp.channel import McpChannel
+from .mcp.handlers import McpHandlers
+from .mcp.mount import install_mcp
+from .mcp.projection import Tasks
 from .settings import Misconfigured, Settings
 from .voice.call import CallRegistry
 from .voice.channel import CallChannel
@@ -124,15 +128,17 @@ class DeliveryParts:
     executor: DeliveryExecutor
     call: CallChannel
     agent_api: AgentApi
+    mcp: McpHandlers
 
 
 def delivery_parts(
     surface: Surface, calls: CallRegistry, ownership: CallOwnership
 ) -> DeliveryParts:
-    """The three delivery channels and the executor over them, in dependency order.
+    """The four delivery channels and the executor over them, in dependency order.
 
-    The routing order is the channels' order: a call held here (or by another live surface),
-    an external agent, then chat, which takes whatever the others do not.
+    The routing order is the channels' order: an MCP task's closing (its result), a call
+    held here (or by another live surface), an external agent, then chat, which takes
+    whatever the others do not.
     """
     view, writes, clock, ids = surface.view, surface.writes, surface.clock, surface.ids
     call_channel = CallChannel(view, writes, calls, ownership, clock=clock, ids=ids)
@@ -142,7 +148,9 @@ def delivery_parts(
     chat_channel = ChatChannel(
         view, writes, clock=clock, turn_timeout_s=surface.settings.turn_timeout_s
     )
-    executor = DeliveryExecutor(view, (call_channel, agent_channel, chat_channel))
+    tasks = Tasks(view)
+    mcp_channel = McpChannel(tasks, writes, records)
+    executor = DeliveryExecutor(view, (mcp_channel, call_channel, agent_channel, chat_channel))
     agent_api = AgentApi(
         surface=surface,
         channel=agent_channel,
@@ -150,7 +158,8 @@ def delivery_parts(
         records=records,
         executor=executor,
     )
-    return DeliveryParts(executor=executor, call=call_channel, agent_api=agent_api)
+    mcp = McpHandlers(surface, agent_api, tasks, mcp_channel)
+    return DeliveryParts(executor=executor, call=call_channel, agent_api=agent_api, mcp=mcp)
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -204,8 +213,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         metrics.initialise_deliveries()
         surface.started = start_parts(runtime, surface, load_view, registry, model)
         telephony.started = await start_voice(telephony, surface, executor, call_channel)
+        await mcp_endpoint.start()
 
     async def on_stop() -> None:
+        await mcp_endpoint.stop()
         if telephony.started is not None:
             telephony.started.sweeper.cancel()
         if surface.started is not None:
@@ -234,6 +245,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     telephony = install_voice(
         app, surface, calls, settings=voice_settings, ownership=ownership, executor=executor
     )
+    # MCP (§6c): Streamable HTTP at /mcp, the same sessions and admission as the Agent API.
+    mcp_endpoint = install_mcp(app, delivery.mcp, app.version)
     publish(app, {**BODIES, **AGENT_BODIES})
 
     @app.get("/", include_in_schema=False)
