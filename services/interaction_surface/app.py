@@ -249,9 +249,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     mcp_endpoint = install_mcp(app, delivery.mcp, app.version)
     publish(app, {**BODIES, **AGENT_BODIES})
 
+    _demo_page(app)
+    return app
+
+
+def _demo_page(app: FastAPI) -> None:
+    """`/`: the live demo page, and its static files."""
+
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app
