@@ -162,6 +162,16 @@ def delivery_parts(
     return DeliveryParts(executor=executor, call=call_channel, agent_api=agent_api, mcp=mcp)
 
 
+def declared_tools(settings: Settings) -> ToolRegistry:
+    """The tool registry, refused (Misconfigured) when the default agent is not declared."""
+    registry = default_registry(settings=settings.tools)
+    if registry.agents and settings.default_agent not in registry.agents:
+        raise Misconfigured(
+            f"HOLDLINE_DEFAULT_AGENT={settings.default_agent} is not a declared agent"
+        )
+    return registry
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """Build the surface's app."""
     settings = settings or Settings.from_env()
@@ -174,11 +184,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # only what needs the broker connection waits for it (`start_parts` and `start_voice`,
     # each given in one step).
     # Before anything starts: a bad tool declaration stops the service (DeclarationError).
-    registry = default_registry(settings=settings.tools)
-    if registry.agents and settings.default_agent not in registry.agents:
-        raise Misconfigured(
-            f"HOLDLINE_DEFAULT_AGENT={settings.default_agent} is not a declared agent"
-        )
+    registry = declared_tools(settings)
     view = SurfaceView(label=registry.label)
     voice_settings = settings.voice
     runtime = Runtime(
