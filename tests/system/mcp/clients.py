@@ -3,6 +3,7 @@ authenticated with static headers (a fresh user per test) or a session's bearer 
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,6 +14,8 @@ import httpx2
 import mcp
 from fastmcp import Client as FastClient
 from fastmcp.client.transports import StreamableHttpTransport
+from fastmcp_tasks.client import TasksClientExtension
+from fastmcp_tasks.client_models import ClientGetTaskResult, GetTaskRequest, GetTaskRequestParams
 from mcp.client.streamable_http import streamable_http_client
 
 DAY = "2026-12-24"
@@ -47,3 +50,37 @@ async def fast_client(
     transport = StreamableHttpTransport(f"{url}/mcp", headers=headers)
     async with FastClient(transport, **options) as client:
         yield client
+
+
+@asynccontextmanager
+async def sdk_tasks_client(
+    url: str, headers: dict[str, str], **options: Any
+) -> AsyncIterator[mcp.Client]:
+    """The `mcp` SDK's client advertising the tasks extension (the reference client half's
+    claim), so a call comes back as the server's task rather than its result."""
+    async with sdk_client(url, headers, extensions=[TasksClientExtension()], **options) as c:
+        yield c
+
+
+async def sdk_call_task(client: mcp.Client, name: str, arguments: dict[str, Any]) -> Any:
+    """`tools/call` answered with a task: the `CreateTaskResult` as the client read it."""
+    return await client.session.call_tool(name, arguments, allow_claimed=True)
+
+
+async def sdk_get(client: mcp.Client, task_id: str) -> ClientGetTaskResult:
+    """`tasks/get` over the SDK's session."""
+    request = GetTaskRequest(params=GetTaskRequestParams(task_id=task_id))
+    return await client.session.send_request(request, ClientGetTaskResult)
+
+
+async def sdk_until(
+    client: mcp.Client, task_id: str, *statuses: str, timeout_s: float = 30.0
+) -> ClientGetTaskResult:
+    """Poll `tasks/get` until the task has one of `statuses` (bounded)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        current = await sdk_get(client, task_id)
+        if current.status in statuses:
+            return current
+        assert asyncio.get_running_loop().time() < deadline, current
+        await asyncio.sleep(0.1)
