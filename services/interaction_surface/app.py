@@ -251,9 +251,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     telephony = install_voice(
         app, surface, calls, settings=voice_settings, ownership=ownership, executor=executor
     )
-    # MCP (§6c): Streamable HTTP at /mcp, the same sessions and admission as the Agent API.
-    mcp_endpoint = install_mcp(app, delivery.mcp, app.version)
     publish(app, {**BODIES, **AGENT_BODIES})
+    # MCP (§6c): Streamable HTTP at /mcp, the same sessions and admission as the Agent API
+    # (after `publish`: it adds its route to the document `publish` serves).
+    mcp_endpoint = install_mcp(app, delivery.mcp, app.version)
 
     _demo_page(app)
     return app

@@ -111,7 +111,43 @@ class McpEndpoint:
 
 
 def install_mcp(app: Any, handlers: McpHandlers, version: str) -> McpEndpoint:
-    """Mount `/mcp` on the app's own router (no second process, no second port)."""
+    """Mount `/mcp` on the app's own router (no second process, no second port), and
+    document it in the app's OpenAPI document."""
     endpoint = McpEndpoint(McpAuth(handlers.surface), build_server(handlers, version))
     app.router.routes.append(Route(PATH, endpoint=endpoint, methods=["GET", "POST", "DELETE"]))
+    document_mcp(app)
     return endpoint
+
+
+MCP_OPERATION: dict[str, Any] = {
+    "summary": "MCP Streamable HTTP (JSON-RPC)",
+    "description": (
+        "holdline as an MCP server (docs/guides/mcp.md): `tools/list`, `tools/call` (a task "
+        "when the client advertises io.modelcontextprotocol/tasks), `tasks/get`, "
+        "`tasks/update`, `tasks/cancel`. Authenticated by a session's bearer token or "
+        "X-Holdline-User/X-Holdline-Tenant (+ X-Api-Key); errors are JSON-RPC errors."
+    ),
+    "requestBody": {
+        "required": True,
+        "content": {"application/json": {"schema": {"type": "object"}}},
+    },
+    "responses": {
+        "200": {"description": "A JSON-RPC response"},
+        "202": {"description": "A notification, accepted"},
+        "400": {"description": "A malformed JSON-RPC message (a JSON-RPC error)"},
+        "401": {"description": "No session's token and no identity headers"},
+        "403": {"description": "A credential for someone else"},
+    },
+}
+
+
+def document_mcp(app: Any) -> None:
+    """Add `/mcp` (an ASGI route, not a FastAPI one) to the app's OpenAPI document."""
+    original = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        doc: dict[str, Any] = original()
+        doc.setdefault("paths", {}).setdefault(PATH, {"post": MCP_OPERATION})
+        return doc
+
+    app.openapi = openapi
