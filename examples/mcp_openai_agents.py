@@ -1,7 +1,7 @@
 """The OpenAI Agents SDK's `MCPServerStreamableHttp` pointed at holdline, offline (the
 examples' scripted `Model`), against `make run`:
 
-    .venv/bin/python examples/mcp_openai_agents.py --holdline http://127.0.0.1:8080
+    .venv/bin/python -m examples.mcp_openai_agents --holdline http://127.0.0.1:8080
 
 The agent lists holdline's tools over MCP and calls `provision_access`; the tool's result
 is holdline's honest acceptance. The host has no tasks, so the closing goes to the
