@@ -3,7 +3,8 @@
 - `Authorization: Bearer <session token>` binds the request to the session that token was
   issued for (looked up by its hash; an expired token is refused as everywhere).
 - `X-Holdline-User` (and `X-Holdline-Tenant`, with the tenant's `X-Api-Key` when keys are
-  configured, or a tenant-signed JWT) for a client that holds only static headers: checked
+  configured), or a tenant-signed JWT as the bearer (its `sub` the user), for a client that
+  holds only static headers: checked
   by the one identity rule (`identity.py`), then bound to that user's MCP session, opened on
   its first request. Its id is derived from the tenant and user, so every request and every
   surface finds the same session (the streamable HTTP transport keeps no state of its own).
@@ -23,6 +24,7 @@ from libs.events import Envelope, InteractionEvent, SessionOpened
 from ..auth import bearer, hash_token, new_token
 from ..core.http import ProblemError
 from ..core.surface import Surface
+from ..identity import IdentityRefused
 
 USER_HEADER = "x-holdline-user"
 TENANT_HEADER = "x-holdline-tenant"
@@ -62,7 +64,7 @@ class McpAuth:
                 if found is not None:
                     return found
                 if not user:
-                    raise Refused(401, "the bearer token is not a session's token")
+                    user = self._jwt_user(presented)
             if not user:
                 raise Refused(
                     401, "a session's bearer token or X-Holdline-User is required"
@@ -70,6 +72,17 @@ class McpAuth:
             return await self._by_headers(peer, headers, user)
         except ProblemError as exc:
             raise Refused(exc.status, exc.detail or exc.title) from None
+
+    def _jwt_user(self, presented: str) -> str:
+        """A bearer that is no session's token: a tenant-signed JWT names the user (its
+        `sub`); the identity rule checks it again with the tenant."""
+        verifier = self.surface.jwt
+        if verifier is None or not verifier.configured:
+            raise Refused(401, "the bearer token is not a session's token")
+        try:
+            return verifier.identity(presented).user_id
+        except IdentityRefused as exc:
+            raise Refused(exc.status, exc.detail) from None
 
     async def _by_bearer(self, presented: str) -> SessionState | None:
         hashed = hash_token(presented)
