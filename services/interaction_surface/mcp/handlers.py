@@ -17,8 +17,10 @@ from typing import Any
 from mcp.server.context import ServerRequestContext
 from mcp.shared.exceptions import MCPError
 from mcp_types import (
+    HEADER_MISMATCH,
     INVALID_PARAMS,
     METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
     CallToolRequestParams,
     CallToolResult,
     ListToolsResult,
@@ -125,9 +127,24 @@ class McpHandlers:
             raise MCPError(code=-32000, message="holdline is starting; retry")
         return started
 
-    def _task_method(self, ctx: ServerRequestContext[Any, Any]) -> None:
+    def _task_method(self, ctx: ServerRequestContext[Any, Any], task: str) -> None:
+        """The gates every `tasks/*` request passes: the modern protocol, the tasks extension
+        declared on the request, and an `Mcp-Name` header (if any) naming the same task."""
         if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
             raise MCPError(code=METHOD_NOT_FOUND, message=f"{ctx.method} needs protocol 2026-07-28")
+        if not self.tasked(ctx):
+            raise MCPError(
+                code=MISSING_REQUIRED_CLIENT_CAPABILITY,
+                message=f"{ctx.method} needs the client to declare {TASKS_EXTENSION}",
+                data={"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
+        request = ctx.request
+        named = None if request is None else request.headers.get("mcp-name")
+        if named is not None and named != task:
+            raise MCPError(
+                code=HEADER_MISMATCH,
+                message="the Mcp-Name header does not match the request's taskId",
+            )
 
     async def _batch(self, session: SessionState, task: str) -> BatchState:
         found = self.tasks.batch_of(session, task)
@@ -246,7 +263,7 @@ class McpHandlers:
 
     async def get(self, ctx: ServerRequestContext[Any, Any], params: TaskParams) -> dict[str, Any]:
         """The task's status from its batch's events; a completed one carries its result."""
-        self._task_method(ctx)
+        self._task_method(ctx, params.task_id)
         session = self._session(ctx)
         batch = await self._batch(session, params.task_id)
         facts = self.tasks.facts(session, batch)
@@ -261,7 +278,7 @@ class McpHandlers:
     ) -> dict[str, Any]:
         """Answers to the task's confirmations: yes admits, no declines (via the confirm
         tool's path, so a repeated answer admits nothing)."""
-        self._task_method(ctx)
+        self._task_method(ctx, params.task_id)
         session = self._session(ctx)
         batch = await self._batch(session, params.task_id)
         facts = self.tasks.facts(session, batch)
@@ -301,7 +318,7 @@ class McpHandlers:
     ) -> dict[str, Any]:
         """The business cancel of the task's operations (only a confirmed state says
         cancelled; a member already committed stays so, and the result says it)."""
-        self._task_method(ctx)
+        self._task_method(ctx, params.task_id)
         session = self._session(ctx)
         batch = await self._batch(session, params.task_id)
         facts = self.tasks.facts(session, batch)

@@ -178,6 +178,10 @@ async def test_bad_input_gets_json_rpc_errors_and_stores_nothing(stack: SurfaceS
         answers.append((got.status_code, error["code"], error["message"].replace(task_id, "T")))
     assert answers[0] == answers[1]
     assert answers[0][1] == -32602
+    # A tasks/* request from a client that did not declare the tasks extension.
+    undeclared = await _raw(stack, {"jsonrpc": "2.0", "id": 6, "method": "tasks/get", "params": {
+        "taskId": theirs.task_id, "_meta": _meta(tasks=False)}}, bearer(other))
+    assert undeclared.json()["error"]["code"] == -32021
     # tasks/update for a task that is not waiting for input (its own, completed).
     not_waiting = await _raw(stack, {"jsonrpc": "2.0", "id": 5, "method": "tasks/update",
                                      "params": {"taskId": theirs.task_id, "inputResponses": {},
