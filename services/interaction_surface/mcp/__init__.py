@@ -5,6 +5,7 @@
 session's tools (`tools.py`), admits each `tools/call` through the Agent API's admission
 (`handlers.py`, over `agent/tool_calls.py`) and answers the tasks extension's
 `tasks/get`/`tasks/update`/`tasks/cancel` from the session's events (`projection.py`, pure
-mapping in `tasks.py`). The closing of a tasked call is its batch's one delivery, on the
+mapping in `tasks.py`); `subscriptions/listen` carries `tools/list_changed` after a handoff
+(`listen.py`). The closing of a tasked call is its batch's one delivery, on the
 `mcp` channel (`channel.py`).
 """

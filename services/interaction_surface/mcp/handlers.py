@@ -105,6 +105,10 @@ class McpHandlers:
 
     # ------------------------------------------------------------------ helpers
 
+    def session_of(self, ctx: ServerRequestContext[Any, Any]) -> SessionState:
+        """The session `auth.py` bound the request to, as the live view holds it now."""
+        return self._session(ctx)
+
     def _session(self, ctx: ServerRequestContext[Any, Any]) -> SessionState:
         request = ctx.request
         session_id = None if request is None else request.scope.get("state", {}).get(SESSION_KEY)

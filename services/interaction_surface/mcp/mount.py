@@ -22,6 +22,7 @@ from starlette.types import Receive, Scope, Send
 
 from .auth import McpAuth, Refused
 from .handlers import SESSION_KEY, McpHandlers, TaskParams, UpdateParams
+from .listen import ToolsListener
 from .tasks import TASKS_EXTENSION
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ def build_server(handlers: McpHandlers, version: str) -> Server[Any]:
         ),
         on_list_tools=handlers.list_tools,
         on_call_tool=handlers.call_tool,  # type: ignore[arg-type]
+        on_subscriptions_listen=ToolsListener(handlers),
     )
     server.add_request_handler("tasks/get", TaskParams, handlers.get)
     server.add_request_handler("tasks/update", UpdateParams, handlers.update)

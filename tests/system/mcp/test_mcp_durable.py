@@ -5,12 +5,14 @@ changes `tools/list`, the untasked path with `holdline_pending`, and the OpenAI 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
 from agents import Agent, Runner, set_tracing_disabled
 from agents.mcp import MCPServerStreamableHttp
 from fastmcp_tasks import call_tool_task
+from mcp.client.subscriptions import ToolsListChanged, listen
 
 from examples.openai_agents_text import ScriptedModel
 from testkit.surface import SurfaceStack, effects, eventually, fault, unique
@@ -51,18 +53,21 @@ async def test_a_surface_killed_mid_task_answers_for_it_after_restart(
     assert await effects(stack, access) == 1
 
 
-async def test_a_handoff_changes_tools_list(stack: SurfaceStack) -> None:
+async def test_a_handoff_changes_tools_list_and_notifies_listeners(stack: SurfaceStack) -> None:
     session = await open_session(stack)
     async with sdk_client(stack.url, bearer(session)) as client:
         before = {t.name for t in (await client.list_tools()).tools}
         assert "billing_access" not in before
         assert {"provision_access", "holdline_pending"} <= before
-        async with httpx.AsyncClient(base_url=stack.url) as http:
-            answer = await http.post(
-                f"/v1/sessions/{session['session_id']}/handoff", json={"agent": "billing"},
-                headers=bearer(session),
-            )
-            assert answer.status_code == 200, answer.text
+        async with listen(client.session, tools_list_changed=True) as subscription:
+            async with httpx.AsyncClient(base_url=stack.url) as http:
+                answer = await http.post(
+                    f"/v1/sessions/{session['session_id']}/handoff",
+                    json={"agent": "billing"}, headers=bearer(session),
+                )
+                assert answer.status_code == 200, answer.text
+            event = await asyncio.wait_for(anext(aiter(subscription)), 15)
+            assert isinstance(event, ToolsListChanged)
         after = {t.name for t in (await client.list_tools(cache_mode="bypass")).tools}
         assert "billing_access" in after
 
