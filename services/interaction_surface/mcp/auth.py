@@ -53,6 +53,8 @@ class McpAuth:
         self.surface = surface
         # token hash -> session id, filled on a miss from the live view.
         self._by_token: dict[str, str] = {}
+        # How many session logs the view held at the last scan.
+        self._indexed = 0
 
     async def session(self, peer: str | None, headers: Mapping[str, str]) -> SessionState:
         """The request's session; Refused otherwise (nothing is written for a refusal)."""
@@ -89,8 +91,15 @@ class McpAuth:
         session_id = self._by_token.get(hashed)
         if session_id is None:
             await self.surface.view.sync()
-            for state in self.surface.view.sessions.states.values():
-                self._by_token.setdefault(state.token_hash, state.session_id)
+            view = self.surface.view
+            # The view's session logs only grow (an erased session keeps its log): sessions
+            # seen since the last scan are indexed, and a stream of wrong tokens costs one
+            # comparison of counts each, not a scan.
+            seen = len(view.logs)
+            if seen != self._indexed:
+                for state in view.sessions.states.values():
+                    self._by_token.setdefault(state.token_hash, state.session_id)
+                self._indexed = seen
             session_id = self._by_token.get(hashed)
         if session_id is None:
             return None
