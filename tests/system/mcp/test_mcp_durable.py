@@ -198,3 +198,18 @@ async def test_bad_input_gets_json_rpc_errors_and_stores_nothing(stack: SurfaceS
                                  headers=auth)).json()["events"]
     assert [e["type"] for e in events] == ["session.opened"]
 
+
+
+async def test_a_2025_11_25_client_lists_task_support_and_calls_untasked(
+    stack: SurfaceStack,
+) -> None:
+    access = unique("miro")
+    async with sdk_client(stack.url, headers_for(user()), mode="legacy") as client:
+        assert client.session.protocol_version == "2025-11-25"
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        execution = tools["provision_access"].execution
+        assert execution is not None
+        assert execution.task_support == "optional"
+        answer = await client.call_tool("provision_access", {"accesses": [access]})
+        assert "has started and is not finished" in answer.content[0].text  # type: ignore[union-attr]
+    await eventually(lambda: _one(stack, access), timeout_s=20)
