@@ -21,6 +21,7 @@ from ..agent.records import AgentRecords
 from ..core.writes import SurfaceWrites
 from ..delivery.routing import Reach
 from .projection import Tasks
+from .tasks import task_result
 
 
 class McpChannel:
@@ -37,7 +38,8 @@ class McpChannel:
 
     async def reach(self, state: DeliveryState) -> Reach:
         """A tasked batch's closing is this channel's; nothing else is."""
-        return Reach.TAKES if self._tasks.tasked(state.batch_id) else Reach.ABSENT
+        mine = task_result(state.turn_id) or self._tasks.tasked(state.batch_id)
+        return Reach.TAKES if mine else Reach.ABSENT
 
     async def hand_over(self, state: DeliveryState) -> None:
         """Recorded sent on `mcp`: the task's next `tasks/get` hands it out."""

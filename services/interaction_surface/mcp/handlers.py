@@ -34,7 +34,6 @@ from libs.admission import TurnContext
 from libs.domain import BatchState, SessionState
 
 from ..agent.acks import AckRefused
-from ..agent.bodies import pending_context
 from ..agent.routes import AgentApi
 from ..agent.tool_formats import (
     CONFIRM_TOOL,
@@ -241,13 +240,8 @@ class McpHandlers:
     async def _pending(self, session: SessionState) -> CallToolResult:
         """The closings that found no channel, returned and acknowledged `attached`."""
         await self.surface.view.sync()
+        # A task's closing is its result, never a pending update (`AgentApi.pending` skips it).
         pending = self.agent_api.pending(session.session_id)
-        # A task's closing is its result, never a pending update.
-        pending["deliveries"] = [
-            d for d in pending["deliveries"]
-            if not self.tasks.tasked(self._delivery_batch(d["delivery_id"]))
-        ]
-        pending["context"] = pending_context([d["text"] for d in pending["deliveries"]])
         for item in pending["deliveries"]:
             try:
                 await self.agent_api.ack(
@@ -258,10 +252,6 @@ class McpHandlers:
                 log.info("pending %s not acknowledged: %s", item["delivery_id"], exc.detail)
         text = pending["context"] or "Nothing pending: no result arrived since the last check."
         return _text(text, deliveries=pending["deliveries"])
-
-    def _delivery_batch(self, delivery_id: str) -> str | None:
-        found = self.surface.view.deliveries.get(delivery_id)
-        return found.batch_id if found is not None else None
 
     # ------------------------------------------------------------------ tasks
 

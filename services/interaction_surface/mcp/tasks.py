@@ -35,6 +35,12 @@ TaskStatus = Literal["working", "input_required", "completed", "failed", "cancel
 SUCCEEDED = frozenset({"committed"})
 
 
+def task_result(turn_id: str | None) -> bool:
+    """Whether a closing (by its turn id) is an MCP task's result: never a pending update,
+    never attached to a chat reply; only its `tasks/get` hands it out."""
+    return (turn_id or "").startswith(TASKED_TURN)
+
+
 def task_id(key: str, batch_id: str) -> str:
     """The task id of a batch: an HMAC of the batch id under the session's token hash, so
     stable across restarts and surfaces, and unguessable without the session's secret."""

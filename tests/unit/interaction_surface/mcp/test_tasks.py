@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from libs.domain import DeliveryState
+from libs.domain.delivery import DeliveryStatus
 from libs.tools import default_registry
+from services.interaction_surface.chat.conversation import pending_updates
 from services.interaction_surface.mcp.tasks import (
     Member,
     TaskFacts,
@@ -13,6 +16,7 @@ from services.interaction_surface.mcp.tasks import (
     confirm_key,
     confirmed,
     task_id,
+    task_result,
     task_view,
     wire_task,
 )
@@ -131,3 +135,17 @@ def test_tools_list_has_input_schemas_the_pending_tool_and_task_support_on_2025_
     assert {t["execution"]["taskSupport"] for t in legacy if t["name"] != PENDING_TOOL} == {
         "optional"
     }
+
+
+def test_a_task_result_is_never_a_pending_update_nor_attached_to_a_chat_reply() -> None:
+    def waiting(turn_id: str) -> DeliveryState:
+        return DeliveryState(
+            delivery_id=f"d-{turn_id}", session_id="s", batch_id="b", kind="final",
+            status=DeliveryStatus.WAITING, decision="attach_next_turn", priority="normal",
+            text="Done.", short_text="Done.", turn_id=turn_id,
+        )
+
+    shown = pending_updates([waiting("mcpt_1"), waiting("mcpc_1"), waiting("turn_1")])
+    assert [u.delivery_id for u in shown] == ["d-mcpc_1", "d-turn_1"]
+    assert task_result("mcpt_1")
+    assert not task_result(None)
