@@ -21,16 +21,27 @@ from ..core.view import SurfaceView
 from .tasks import TASKED_TURN, Member, TaskFacts, task_id
 
 
+_KNOWN_MAX = 100_000
+
+
 class Tasks:
     """Finds a session's tasks and gathers their facts from the live view."""
 
     def __init__(self, view: SurfaceView) -> None:
         self.view = view
+        # (session, task id) -> batch id: derived from the events, so a cache, not state.
+        self._known: dict[tuple[str, str], str] = {}
 
     def batch_of(self, session: SessionState, task: str) -> BatchState | None:
         """The session's batch a task id names (None: unknown, or another session's)."""
+        known = self._known.get((session.session_id, task))
+        if known is not None:
+            return self.view.batches.get(known)
         for found in self.view.session_batches(session.session_id):
             if task_id(session.token_hash, found.batch_id) == task:
+                if len(self._known) >= _KNOWN_MAX:
+                    self._known.clear()  # bounded: anything dropped is found again
+                self._known[(session.session_id, task)] = found.batch_id
                 return found
         return None
 
