@@ -20,7 +20,6 @@ from ..agent.records import summary
 from ..core.view import SurfaceView
 from .tasks import TASKED_TURN, Member, TaskFacts, task_id
 
-
 _KNOWN_MAX = 100_000
 
 
