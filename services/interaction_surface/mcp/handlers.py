@@ -101,6 +101,7 @@ class McpHandlers:
         self.agent_api = agent_api
         self.tasks = tasks
         self.channel = channel
+        self._tool_names: dict[str, frozenset[str]] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -183,7 +184,7 @@ class McpHandlers:
         name, arguments = params.name, dict(params.arguments or {})
         if name == PENDING_TOOL:
             return await self._pending(session)
-        if name not in names(started.tool_calls.registry, session.agent):
+        if name not in self._names(started.tool_calls.registry, session.agent):
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {name}")
         if session.closed:
             raise MCPError(code=INVALID_PARAMS, message="the session is closed")
@@ -224,6 +225,15 @@ class McpHandlers:
             result["output"], error=refused, batch_id=batch_id,
             operations=result["operations"],
         )
+
+    def _names(self, registry: Any, agent: str) -> frozenset[str]:
+        # The registry is fixed once started: each agent's names are worked out once.
+        known = self._tool_names.get(agent)
+        if known is None:
+            if len(self._tool_names) >= 1024:
+                self._tool_names.clear()  # any agent name may be used when none is declared
+            known = self._tool_names[agent] = frozenset(names(registry, agent))
+        return known
 
     def _own_batch(
         self, session: SessionState, batch_id: str | None, operations: list[dict[str, Any]]
