@@ -209,6 +209,10 @@ class McpHandlers:
                 code=-32000, message="this call is still being answered; retry"
             ) from None
         result = answer["results"][0]
+        named = [answer["batch_id"], *(o.get("batch_id") for o in result["operations"])]
+        if any(b and self.surface.view.batches.get(b) is None for b in named):
+            # Written by admission a moment ago: the view catches up before it is read.
+            await self.surface.view.sync()
         batch_id = self._own_batch(session, answer["batch_id"], result["operations"])
         batch = self.surface.view.batches.get(batch_id) if batch_id else None
         if tasked and batch is not None and name != CONFIRM_TOOL:
@@ -289,6 +293,11 @@ class McpHandlers:
         waiting = {confirm_key(m.operation_id): m for m in facts.members
                    if m.status == "awaiting_confirmation"}
         if task_view(facts).status != "input_required" or not waiting:
+            asked = {confirm_key(m.operation_id) for m in facts.members if m.prompt}
+            if params.input_responses and set(params.input_responses) <= asked:
+                # Answers already given (a client that polled before the view caught up
+                # answers again): the idempotent no-op SEP-2663 asks for.
+                return {"resultType": "complete"}
             raise MCPError(
                 code=INVALID_PARAMS, message=f"Task {params.task_id} is not waiting for input"
             )
@@ -315,6 +324,8 @@ class McpHandlers:
                 await self._started().tool_calls.handle(session, body)
             except (BadCalls, StillAnswering) as exc:
                 raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+            # The next `tasks/get` here reads the answer (every stream caught up).
+            await self.surface.view.sync()
         return {"resultType": "complete"}
 
     async def cancel(
@@ -355,6 +366,7 @@ class McpHandlers:
                 await started.tool_calls.handle(session, body)
             except (BadCalls, StillAnswering) as exc:
                 raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
+        await self.surface.view.sync()
         return {"resultType": "complete"}
 
 

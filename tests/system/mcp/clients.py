@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 import fastmcp_tasks  # noqa: F401 - importing it registers FastMCP's tasks client extension
+import httpx
 import httpx2
 import mcp
 from fastmcp import Client as FastClient
@@ -17,6 +18,8 @@ from fastmcp.client.transports import StreamableHttpTransport
 from fastmcp_tasks.client import TasksClientExtension
 from fastmcp_tasks.client_models import ClientGetTaskResult, GetTaskRequest, GetTaskRequestParams
 from mcp.client.streamable_http import streamable_http_client
+
+from testkit.surface import SurfaceStack
 
 DAY = "2026-12-24"
 
@@ -84,3 +87,32 @@ async def sdk_until(
             return current
         assert asyncio.get_running_loop().time() < deadline, current
         await asyncio.sleep(0.1)
+
+
+async def timeline(stack: SurfaceStack, session: dict[str, str]) -> list[dict[str, Any]]:
+    """The session's events, read with its token."""
+    async with httpx.AsyncClient(base_url=stack.url) as http:
+        answer = await http.get(
+            f"/v1/sessions/{session['session_id']}/timeline",
+            headers={"Authorization": f"Bearer {session['token']}"},
+        )
+    assert answer.status_code == 200, answer.text
+    events: list[dict[str, Any]] = answer.json()["events"]
+    return events
+
+
+async def open_session(stack: SurfaceStack, agent: str | None = None) -> dict[str, str]:
+    """A session opened over HTTP; its token is the MCP client's bearer credential."""
+    body: dict[str, Any] = {"user_id": user(), "tenant_id": "acme"}
+    if agent:
+        body["agent"] = agent
+    async with httpx.AsyncClient(base_url=stack.url) as http:
+        answer = await http.post("/v1/sessions", json=body)
+    assert answer.status_code == 201, answer.text
+    opened: dict[str, str] = answer.json()
+    return opened
+
+
+def bearer(session: dict[str, str]) -> dict[str, str]:
+    """The session's bearer header."""
+    return {"Authorization": f"Bearer {session['token']}"}

@@ -17,8 +17,7 @@ from mcp.client.subscriptions import ToolsListChanged, listen
 from examples.openai_agents_text import ScriptedModel
 from testkit.surface import SurfaceStack, effects, eventually, fault, unique
 
-from .clients import fast_client, headers_for, sdk_client, user
-from .test_mcp_tasks import bearer, open_session
+from .clients import bearer, fast_client, headers_for, open_session, sdk_client, user
 
 
 async def test_a_surface_killed_mid_task_answers_for_it_after_restart(

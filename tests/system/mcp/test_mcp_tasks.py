@@ -8,7 +8,6 @@ import asyncio
 import time
 from typing import Any
 
-import httpx
 import pytest
 from fastmcp_tasks import call_tool_task
 from mcp.shared.exceptions import MCPError
@@ -17,42 +16,16 @@ from testkit.surface import SurfaceStack, effects, fault, unique
 
 from .clients import (
     DAY,
+    bearer,
     fast_client,
     headers_for,
+    open_session,
     sdk_call_task,
     sdk_tasks_client,
     sdk_until,
+    timeline,
     user,
 )
-
-
-async def timeline(stack: SurfaceStack, session: dict[str, str]) -> list[dict[str, Any]]:
-    """The session's events, read with its token."""
-    async with httpx.AsyncClient(base_url=stack.url) as http:
-        answer = await http.get(
-            f"/v1/sessions/{session['session_id']}/timeline",
-            headers={"Authorization": f"Bearer {session['token']}"},
-        )
-    assert answer.status_code == 200, answer.text
-    events: list[dict[str, Any]] = answer.json()["events"]
-    return events
-
-
-async def open_session(stack: SurfaceStack, agent: str | None = None) -> dict[str, str]:
-    """A session opened over HTTP; its token is the MCP client's bearer credential."""
-    body: dict[str, Any] = {"user_id": user(), "tenant_id": "acme"}
-    if agent:
-        body["agent"] = agent
-    async with httpx.AsyncClient(base_url=stack.url) as http:
-        answer = await http.post("/v1/sessions", json=body)
-    assert answer.status_code == 201, answer.text
-    opened: dict[str, str] = answer.json()
-    return opened
-
-
-def bearer(session: dict[str, str]) -> dict[str, str]:
-    """The session's bearer header."""
-    return {"Authorization": f"Bearer {session['token']}"}
 
 
 async def test_a_call_is_a_task_at_once_and_completes_with_a_closing_naming_every_member(
