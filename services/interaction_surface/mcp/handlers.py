@@ -205,9 +205,13 @@ class McpHandlers:
             # The spec's tool execution error: the model can correct its arguments.
             return _text(f"Invalid arguments: {exc}", error=True)
         except StillAnswering:
-            raise MCPError(
-                code=-32000, message="this call is still being answered; retry"
-            ) from None
+            # The first request's surface died before it stored its answer: its batch, if
+            # admission wrote one, is found from the events and the call joins it.
+            answer = self.tasks.answered_by_events(session, body.calls[0].tool_call_id)
+            if answer is None:
+                raise MCPError(
+                    code=-32000, message="this call is still being answered; retry"
+                ) from None
         result = answer["results"][0]
         named = [answer["batch_id"], *(o.get("batch_id") for o in result["operations"])]
         if any(b and self.surface.view.batches.get(b) is None for b in named):

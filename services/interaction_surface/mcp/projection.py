@@ -9,11 +9,13 @@ simply not found: both answer alike.
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any
 
 from libs.domain import BatchState, SessionState
 from libs.events import (
     OperationAwaitingConfirmation,
     OperationProgress,
+    ToolCallsReceived,
 )
 
 from ..agent.records import summary
@@ -101,3 +103,29 @@ class Tasks:
             return False
         found = self.view.batches.get(batch_id)
         return found is not None and (found.turn_id or "").startswith(TASKED_TURN)
+
+    def answered_by_events(
+        self, session: SessionState, tool_call_id: str
+    ) -> dict[str, Any] | None:
+        """A call's answer rebuilt from the session's events: the batch opened under the
+        turn that recorded its `tool_call_id` (None: nothing was admitted for it yet)."""
+        found = self.view.log(session.session_id)
+        turns = {
+            e.envelope.turn_id
+            for e in (found.entries if found is not None else [])
+            if isinstance(e.envelope.event, ToolCallsReceived)
+            and tool_call_id in e.envelope.event.tool_call_ids
+        }
+        for batch in self.view.session_batches(session.session_id):
+            if batch.turn_id in turns:
+                ops = [
+                    {"operation_id": o.operation_id, "tool": o.tool, "status": o.status.value,
+                     "batch_id": o.batch_id}
+                    for o in self.view.session_operations(session.session_id)
+                    if o.batch_id == batch.batch_id
+                ]
+                output = "Already requested earlier; the result is reported when it is ready."
+                return {"batch_id": batch.batch_id, "results": [
+                    {"tool_call_id": tool_call_id, "output": output, "operations": ops}
+                ]}
+        return None
