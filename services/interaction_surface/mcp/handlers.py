@@ -199,8 +199,11 @@ class McpHandlers:
             # The batch's turn id says whose its closing is (`tasks.TASKED_TURN`).
             turn_id=self.surface.ids.new(TASKED_TURN.rstrip("_") if tasked else UNTASKED),
         )
+        # A call already admitted in this session (a re-issue) is answered from its events:
+        # the claim of its first answer may be one a dead surface never finished.
+        known = self.tasks.answered_by_events(session, body.calls[0].tool_call_id)
         try:
-            answer = await started.tool_calls.handle(session, body)
+            answer = known or await started.tool_calls.handle(session, body)
         except BadCalls as exc:
             # The spec's tool execution error: the model can correct its arguments.
             return _text(f"Invalid arguments: {exc}", error=True)
