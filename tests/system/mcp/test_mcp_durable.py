@@ -6,15 +6,21 @@ changes `tools/list`, the untasked path with `holdline_pending`, and the OpenAI 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import time
 from typing import Any
 
 import httpx
+import nats
 from agents import Agent, Runner, set_tracing_disabled
 from agents.mcp import MCPServerStreamableHttp
 from fastmcp_tasks import call_tool_task
 from mcp.client.subscriptions import ToolsListChanged, listen
 
 from examples.openai_agents_text import ScriptedModel
+from libs.bus import Topology
+from services.interaction_surface.mcp.tasks import call_id
 from testkit.surface import SurfaceStack, effects, eventually, fault, unique
 
 from .clients import bearer, fast_client, headers_for, open_session, sdk_client, user
@@ -212,3 +218,32 @@ async def test_a_2025_11_25_client_lists_task_support_and_calls_untasked(
         answer = await client.call_tool("provision_access", {"accesses": [access]})
         assert "has started and is not finished" in answer.content[0].text  # type: ignore[union-attr]
     await eventually(lambda: _one(stack, access), timeout_s=20)
+
+
+async def test_a_reissue_joins_even_when_a_dead_surface_left_its_answer_unstored(
+    stack: SurfaceStack,
+) -> None:
+    access = unique("asana")
+    session = await open_session(stack)
+    arguments = {"accesses": [access]}
+    async with fast_client(stack.url, bearer(session)) as client:
+        first = await call_tool_task(client, "provision_access", arguments)
+        await first.result()
+    # What a surface killed between answering and storing the answer leaves: the call id's
+    # claim still `pending` (fresh, so no other surface may take it over yet).
+    key = hashlib.sha256(call_id("provision_access", arguments, tasked=True).encode())
+    nc = await nats.connect(stack.procs["interaction_surface"].env["NATS_URL"])
+    try:
+        kv = await nc.jetstream().key_value(Topology(stack.prefix).bucket("turns"))
+        await kv.put(
+            f"{session['session_id']}.tc.{key.hexdigest()[:40]}",
+            json.dumps({"state": "pending", "turn_id": "t", "at": time.time()}).encode(),
+        )
+    finally:
+        await nc.close()
+    started = time.perf_counter()
+    async with fast_client(stack.url, bearer(session)) as client:
+        again = await call_tool_task(client, "provision_access", arguments)
+        assert again.task_id == first.task_id
+    assert time.perf_counter() - started < 5, "the re-issue waited on the pending claim"
+    assert await effects(stack, access) == 1
