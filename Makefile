@@ -8,7 +8,7 @@ PYTEST_WORKERS ?= 2
 # The unit lane: no broker, no service process (tests/unit/conftest.py refuses both).
 UNIT_TESTS := tests/unit
 
-.PHONY: help venv lock nats-values run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-voice bench-speech bench-cluster bench-recovery bench-messages bench-delivery chaos dashboards docs docs-build docs-check clean
+.PHONY: help venv lock nats-values run run-cluster test test-fast lint typecheck proto proto-check bench bench-ops bench-coordination bench-acceptance bench-agent-api bench-mcp bench-voice bench-speech bench-cluster bench-recovery bench-messages bench-delivery chaos dashboards docs docs-build docs-check clean
 
 help:
 	@echo "make run    start the broker and every service (foreground, Ctrl-C stops)"
@@ -67,6 +67,9 @@ bench-acceptance: venv
 
 bench-agent-api: venv
 	$(BIN)/python -m bench.agent_api
+
+bench-mcp: venv
+	$(BIN)/python -m bench.mcp
 
 bench-voice: venv
 	$(BIN)/python -m bench.voice

@@ -60,6 +60,8 @@ def steps(quick: bool) -> list[Step]:
             Step("agent_api", "bench.agent_api", ("--single-calls", "10", "--sessions", "10",
                                                   "--paced-calls", "2", "--closed-calls", "2"),
                  25),
+            Step("mcp", "bench.mcp", ("--single-calls", "10", "--sessions", "10",
+                                      "--paced-calls", "2"), 25),
             Step("cluster", "bench.cluster", ("--sessions", "10", "--turns", "3",
                                               "--operations", "200", "--kill-trials", "1"), 90),
             Step("recovery", "bench.recovery", ("--trials", "1"), 60),
@@ -77,6 +79,7 @@ def steps(quick: bool) -> list[Step]:
             Step("coordination", "bench.coordination", (), 25),
             Step("acceptance", "bench.acceptance", ("--sessions", "50", "100", "200"), 140),
             Step("agent_api", "bench.agent_api", (), 60),
+            Step("mcp", "bench.mcp", (), 60),
             Step("cluster", "bench.cluster", (), 240),
             Step("recovery", "bench.recovery", (), 150),
             # The cost model: 40 sequential turns, then 30 sessions paced a turn every 3 s.

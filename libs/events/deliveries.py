@@ -52,13 +52,14 @@ class DeliverySent(_Event, frozen=True, kw_only=True, tag="delivery.sent"):
     """The interaction surface wrote the delivery to the channel."""
 
     mode: DeliveryMode
-    channel: Literal["chat", "voice", "agent"]
+    # `mcp`: the closing is the result of the batch's MCP task (handed out by `tasks/get`).
+    channel: Literal["chat", "voice", "agent", "mcp"]
     # The agent channel's connection it was pushed on (Agent API), so its loss settles it.
     connection_id: str | None = None
 
 
 class DeliveryDelivered(_Event, frozen=True, kw_only=True, tag="delivery.delivered"):
-    """Chat: the message is in history and was pushed."""
+    """Chat: the message is in history and was pushed; MCP: a `tasks/get` handed it out."""
 
 
 class DeliverySpoken(_Event, frozen=True, kw_only=True, tag="delivery.spoken"):

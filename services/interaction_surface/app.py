@@ -57,6 +57,10 @@ from .core.view import SurfaceView
 from .core.writes import SurfaceWrites
 from .delivery.executor import DeliveryExecutor
 from .identity import JwtVerifier
+from .mcp.channel import McpChannel
+from .mcp.handlers import McpHandlers
+from .mcp.mount import install_mcp
+from .mcp.projection import Tasks
 from .settings import Misconfigured, Settings
 from .voice.call import CallRegistry
 from .voice.channel import CallChannel
@@ -128,15 +132,17 @@ class DeliveryParts:
     executor: DeliveryExecutor
     call: CallChannel
     agent_api: AgentApi
+    mcp: McpHandlers
 
 
 def delivery_parts(
     surface: Surface, calls: CallRegistry, ownership: CallOwnership
 ) -> DeliveryParts:
-    """The three delivery channels and the executor over them, in dependency order.
+    """The four delivery channels and the executor over them, in dependency order.
 
-    The routing order is the channels' order: a call held here (or by another live surface),
-    an external agent, then chat, which takes whatever the others do not.
+    The routing order is the channels' order: an MCP task's closing (its result), a call
+    held here (or by another live surface), an external agent, then chat, which takes
+    whatever the others do not.
     """
     view, writes, clock, ids = surface.view, surface.writes, surface.clock, surface.ids
     call_channel = CallChannel(view, writes, calls, ownership, clock=clock, ids=ids)
@@ -146,7 +152,9 @@ def delivery_parts(
     chat_channel = ChatChannel(
         view, writes, clock=clock, turn_timeout_s=surface.settings.turn_timeout_s
     )
-    executor = DeliveryExecutor(view, (call_channel, agent_channel, chat_channel))
+    tasks = Tasks(view)
+    mcp_channel = McpChannel(tasks, writes, records)
+    executor = DeliveryExecutor(view, (mcp_channel, call_channel, agent_channel, chat_channel))
     agent_api = AgentApi(
         surface=surface,
         channel=agent_channel,
@@ -154,15 +162,18 @@ def delivery_parts(
         records=records,
         executor=executor,
     )
-    return DeliveryParts(executor=executor, call=call_channel, agent_api=agent_api)
+    mcp = McpHandlers(surface, agent_api, tasks, mcp_channel)
+    return DeliveryParts(executor=executor, call=call_channel, agent_api=agent_api, mcp=mcp)
 
 
-def _check_default_agent(registry: ToolRegistry, settings: Settings) -> None:
-    """Refuse to start when agents are declared and the default agent is not one of them."""
+def declared_tools(settings: Settings) -> ToolRegistry:
+    """The tool registry, refused (Misconfigured) when the default agent is not declared."""
+    registry = default_registry(settings=settings.tools)
     if registry.agents and settings.default_agent not in registry.agents:
         raise Misconfigured(
             f"HOLDLINE_DEFAULT_AGENT={settings.default_agent} is not a declared agent"
         )
+    return registry
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -177,8 +188,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # only what needs the broker connection waits for it (`start_parts` and `start_voice`,
     # each given in one step).
     # Before anything starts: a bad tool declaration stops the service (DeclarationError).
-    registry = default_registry(settings=settings.tools)
-    _check_default_agent(registry, settings)
+    registry = declared_tools(settings)
     view = SurfaceView(label=registry.label)
     voice_settings = settings.voice
     runtime = Runtime(
@@ -217,8 +227,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             telephony, surface, executor, call_channel,
             vocabulary_of(registry.tools()),
         )
+        await mcp_endpoint.start()
 
     async def on_stop() -> None:
+        await mcp_endpoint.stop()
         await surface.sweeper.stop()
         if telephony.started is not None:
             telephony.started.sweeper.cancel()
@@ -250,10 +262,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app, surface, calls, settings=voice_settings, ownership=ownership, executor=executor
     )
     publish(app, {**BODIES, **AGENT_BODIES})
+    # MCP (§6c): Streamable HTTP at /mcp, the same sessions and admission as the Agent API
+    # (after `publish`: it adds its route to the document `publish` serves).
+    mcp_endpoint = install_mcp(app, delivery.mcp, app.version)
+
+    _demo_page(app)
+    return app
+
+
+def _demo_page(app: FastAPI) -> None:
+    """`/`: the live demo page, and its static files."""
 
     @app.get("/", include_in_schema=False)
     async def index() -> FileResponse:
         return FileResponse(STATIC / "index.html", media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
-    return app

@@ -21,6 +21,7 @@ from libs.json_response import JSONResponse
 from ..core.http import ProblemError, documented_problems, request_body
 from ..core.surface import Surface
 from ..delivery.executor import DeliveryExecutor
+from ..mcp.tasks import task_result
 from .acks import AckRefused, AgentAcks
 from .bodies import (
     AckBody,
@@ -83,6 +84,7 @@ class AgentApi:
             if d.kind == "final"
             and d.status is DeliveryStatus.WAITING
             and d.decision in WAITING_DECISIONS
+            and not task_result(d.turn_id)  # an MCP task's result is its tasks/get's
         ]
         return {
             "deliveries": [

@@ -29,6 +29,8 @@ from libs.models.interface import (
 from libs.models.phrasing import base_language, elsewhere_words, join_text, pending_preamble
 from libs.tools import ToolDeclaration
 
+from ..mcp.tasks import task_result
+
 _SPANISH = re.compile(
     r"[¿¡ñáéíóú]|\b(para|las|los|dame|quiero|reserva|mejor|acceso|hola|gracias|no hagas|"
     r"por favor|cómo|como va|sí|vale)\b",
@@ -121,6 +123,7 @@ def pending_updates(deliveries: Iterable[DeliveryState]) -> list[PendingUpdate]:
         if d.kind == "final"
         and d.status is DeliveryStatus.WAITING
         and d.decision in WAITING_DECISIONS
+        and not task_result(d.turn_id)
     ]
 
 

@@ -64,10 +64,11 @@ def test_the_ingress_routes_only_public_routes(overlay: str) -> None:
         {
             route.path
             for route in create_app().routes
-            if route.path.startswith(("/v1/sessions", "/v1/telephony"))  # type: ignore[attr-defined]
+            if route.path.startswith(("/v1/sessions", "/v1/telephony", "/mcp"))  # type: ignore[attr-defined]
         }
     )
     assert "/v1/sessions/{session_id}/ws-ticket" in public
+    assert "/mcp" in public, "the MCP endpoint is public"
     for path in [*public, "/", "/static/app.js"]:
         assert routed(paths, path.replace("{", "").replace("}", "")), f"{path} not routed"
     assert routed(paths, "/v1/demo/faults") == (overlay == "dev"), "the demo, in dev only"
