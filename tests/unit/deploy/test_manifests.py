@@ -320,6 +320,20 @@ def test_sandbox_provider_runs_only_in_dev() -> None:
     assert sandbox["spec"]["strategy"]["type"] == "Recreate", "one writer of the SQLite ledger"
 
 
+def test_production_serves_the_tools_file_it_mounts_and_no_demo() -> None:
+    docs = rendered("production")
+    data = find(docs, "ConfigMap", "holdline-config")["data"]
+    assert "HOLDLINE_DEMO" not in data, "production mode is chosen by having tools, never forced"
+    folder, _, name = data["HOLDLINE_TOOLS_FILE"].rpartition("/")
+    for service in expected_services("production"):
+        spec = workloads(docs)[service]["spec"]["template"]["spec"]
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        mounts = {m["name"]: m for m in spec["containers"][0].get("volumeMounts", [])}
+        assert mounts["tools"]["mountPath"] == folder, f"{service} does not see the tools file"
+        assert volumes["tools"]["configMap"]["name"] == "holdline-tools", service
+    assert name == "tools.toml"
+
+
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_ingress_reaches_the_surface_with_websockets_and_pinning(overlay: str) -> None:
     docs = rendered(overlay)
