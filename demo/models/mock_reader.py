@@ -22,6 +22,7 @@ from libs.models.phrasing import (
 from . import mock_bookings as bookings
 from . import understanding as u
 from .mock_bookings import Ask, Proposal
+from .mock_explicit import explicit_call
 from .mock_phrases import (
     ACCESS_BEFORE_RE,
     ACCESS_INTROS,
@@ -84,7 +85,10 @@ class TurnReader:
     # -- the turn ---------------------------------------------------------------------------
     def reply(self) -> TurnReply:
         text = self.request.user_text
-        for clause in u.split_clauses(text) or [text]:
+        if (explicit := explicit_call(text, self.request.tools)) is not None:
+            self.calls.append(explicit)
+            self.understood = True
+        for clause in () if explicit else u.split_clauses(text) or [text]:
             self.clause(clause)
         if not self.understood:
             self.small_talk(u.fold(text))

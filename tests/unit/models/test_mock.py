@@ -15,6 +15,7 @@ from libs.models.interface import (
     LiveOperation,
     OperationOutcome,
     PendingUpdate,
+    ToolSpec,
     TurnReply,
     call_id,
 )
@@ -531,3 +532,22 @@ async def test_an_unknown_outcome_is_said_as_unknown_never_as_retry_now() -> Non
     assert "retry" not in text
     spanish = await get_model("mock").explain_failures(outcomes, language="es")
     assert "no sé si se hizo" in spanish
+
+
+async def test_an_explicit_call_names_any_offered_tool_with_typed_arguments(
+    model: MockModel,
+) -> None:
+    tools = (
+        ToolSpec(
+            name="open_ticket", description="Open a ticket.",
+            parameters={"properties": {"customer": {"type": "string"},
+                                       "priority": {"type": ["integer", "null"]}}},
+        ),
+    )
+    reply = await model.respond(
+        turn("call open_ticket with customer=ana, priority=2", tools=tools)
+    )
+    assert calls_of(reply) == [("open_ticket", {"customer": "ana", "priority": 2})]
+    # A tool not offered, or an argument list that does not parse: not an explicit call.
+    assert calls_of(await model.respond(turn("call close_ticket with id=7", tools=tools))) == []
+    assert calls_of(await model.respond(turn("call open_ticket with nonsense", tools=tools))) == []
