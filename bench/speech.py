@@ -6,7 +6,9 @@ espeak-ng, four English and two Spanish voices, three rates, telephone band, lin
 20 dB SNR, 8 kHz μ-law), decodes every utterance through the engine's session API with the
 demo's vocabulary, asks the mock model what it would call, and lets the voice floor's own
 rule (`floor.doubtful_values`) decide: admitted as heard, or asked "did you say ...?".
-Results: `bench/results/speech.json`.
+Results: `bench/results/speech.json`, with the trade-off curve (admitted without a question
+against admitted with a wrong name, as the floor's threshold moves) on the calibration split
+(`CALIBRATION_SEED`) and on the held-out one.
 """
 
 from __future__ import annotations
@@ -21,20 +23,29 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from libs.models.mock import MockModel
-
 from bench.common import machine
+from demo.models.mock import MockModel
 from libs.models.interface import TurnRequest
 from libs.tools import default_registry
 from services.interaction_surface.chat.conversation import tool_spec
 from services.interaction_surface.voice.codec import ulaw_to_pcm16
 from services.interaction_surface.voice.engines.base import heard_words
 from services.interaction_surface.voice.engines.pocketsphinx import PocketsphinxStt
-from services.interaction_surface.voice.floor import FloorConfig, doubtful_values, normalise
+from services.interaction_surface.voice.floor import (
+    FloorConfig,
+    Word,
+    doubtful_values,
+    normalise,
+)
 from services.interaction_surface.voice.wiring import PRIMER_TEXT
 from testkit.speech_corpus import Utterance, corpus, demo_vocabulary, primer
 
 RESULTS = Path(__file__).parent / "results" / "speech.json"
+# The corpus seed the recognizer's confidence is calibrated on (engines/confidence.py); the
+# figures are those of the held-out seed (7, the component test's).
+CALIBRATION_SEED = 11
+# The floor thresholds of the trade-off curve.
+THRESHOLDS = (0.0, 0.2, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9)
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +62,8 @@ class Outcome:
     admitted: bool
     # Admitted with names other than the ones asked for.
     wrong: bool
+    # The heard words with the recognizer's confidence, for other thresholds (`curve`).
+    words: tuple[Word, ...] = ()
 
 
 def demo_engine(primer_audio: bytes, options: dict[str, Any] | None = None) -> PocketsphinxStt:
@@ -86,12 +99,43 @@ async def judge(engine: PocketsphinxStt, utterances: Sequence[Utterance]) -> lis
                 user_text=text, history=(), tools=tools, today=today,
             ))
             calls = tuple((c.tool, c.arguments) for c in reply.calls)
-        doubtful = doubtful_values(calls, words, engine.known_values, FloorConfig())
-        admitted = bool(calls) and not doubtful
-        wrong = admitted and bool(u.names) and _accesses(calls) != set(u.names)
+        admitted, wrong = verdict(u, calls, words, engine.known_values, FloorConfig())
         heard = sum(1 for n in u.names if n in said)
-        out.append(Outcome(u, text, heard, calls, admitted, wrong))
+        out.append(Outcome(u, text, heard, calls, admitted, wrong, tuple(words)))
     return out
+
+
+def verdict(
+    utterance: Utterance,
+    calls: Sequence[tuple[str, Mapping[str, Any]]],
+    words: Sequence[Word],
+    known: frozenset[str],
+    floor: FloorConfig,
+) -> tuple[bool, bool]:
+    """(admitted without a question, admitted with names other than the ones said)."""
+    admitted = bool(calls) and not doubtful_values(calls, words, known, floor)
+    wrong = admitted and bool(utterance.names) and _accesses(calls) != set(utterance.names)
+    return admitted, wrong
+
+
+def curve(
+    outcomes: Sequence[Outcome], known: frozenset[str], thresholds: Sequence[float] = THRESHOLDS
+) -> list[dict[str, float]]:
+    """The trade-off as the floor's threshold moves: requests admitted without a question
+    (rightly) against requests admitted with a wrong name."""
+    named = [o for o in outcomes if o.utterance.names]
+    points: list[dict[str, float]] = []
+    for threshold in thresholds:
+        floor = FloorConfig(confirm_below=threshold)
+        verdicts = [verdict(o.utterance, o.calls, o.words, known, floor) for o in named]
+        points.append({
+            "confirm_below": threshold,
+            "admitted_without_question": round(
+                sum(a and not w for a, w in verdicts) / max(len(named), 1), 4
+            ),
+            "admitted_wrong": sum(w for _, w in verdicts),
+        })
+    return points
 
 
 def figures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
@@ -125,18 +169,25 @@ def figures(outcomes: Sequence[Outcome]) -> dict[str, Any]:
     }
 
 
-async def run(seed: int = 7) -> dict[str, Any]:
-    """Build the corpus, decode it, score it."""
+async def run(seed: int = 7, calibration_seed: int = CALIBRATION_SEED) -> dict[str, Any]:
+    """Build the corpus, decode it, score it; the trade-off curve on both splits."""
     started = time.perf_counter()
     utterances = corpus(seed)
     engine = demo_engine(primer(PRIMER_TEXT))
     synthesised = time.perf_counter()
     outcomes = await judge(engine, utterances)
     decoded = time.perf_counter()
+    calibration = await judge(engine, corpus(calibration_seed))
     result = figures(outcomes)
     result["seconds"] = {
         "corpus": round(synthesised - started, 2),
         "decode_and_judge": round(decoded - synthesised, 2),
+    }
+    result["tradeoff"] = {
+        "calibration_seed": calibration_seed,
+        "calibration": curve(calibration, engine.known_values),
+        "held_out_seed": seed,
+        "held_out": curve(outcomes, engine.known_values),
     }
     result["misses"] = [
         {"voice": o.utterance.voice, "rate": o.utterance.rate, "said": o.utterance.text,
@@ -156,7 +207,8 @@ def main() -> None:
     result["when"] = datetime.now(UTC).isoformat(timespec="seconds")
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2, ensure_ascii=False) + "\n")
-    keys = ("names_recognised", "admitted_without_question", "admitted_wrong", "asked", "seconds")
+    keys = ("names_recognised", "admitted_without_question", "admitted_wrong", "asked", "seconds",
+            "tradeoff")
     summary = {k: result[k] for k in keys}
     print(json.dumps(summary, indent=2))
 

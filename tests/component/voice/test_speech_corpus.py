@@ -2,9 +2,12 @@
 English and two Spanish voices, three rates, 300-3400 Hz, line noise at 20 dB SNR, 8 kHz
 μ-law), decoded through the engine's session API and judged by the voice floor's own rule.
 
-What holds today is asserted as a floor under the measured figures; the issue's targets are
-asserted too, as an expected failure that turns into a failure of the suite the day they
-hold (strict), so the gap stays visible. The figures: bench/results/speech.json and
+No request is admitted with a wrong name: a misheard one is asked back, never granted
+(asserted). What else holds today is asserted as a floor under the measured figures; the
+issue's targets for names heard and requests admitted are asserted too, as an expected
+failure that turns into a failure of the suite the day they hold (strict), so the gap stays
+visible. This corpus (seed 7) is the held-out split: the recognizer's confidence is
+calibrated on seed 11 (bench/speech.py). The figures: bench/results/speech.json and
 docs/guides/telephony.md.
 """
 
@@ -20,6 +23,9 @@ from testkit.speech_corpus import ENGLISH_VOICES, RATES, SPANISH_VOICES, corpus,
 
 # Building and decoding the corpus takes about 40 s of CPU (longer on a busy machine).
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+# Measured 5 % (bench/results/speech.json): since names are doubted on acoustic evidence,
+# most requests are asked back; the floor sits a little under it.
+ADMITTED_FLOOR = 0.04
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +51,14 @@ def test_the_recognizer_holds_its_measured_floor(outcomes: list[Outcome]) -> Non
     result = figures(outcomes)
     assert result["names_recognised"] >= 0.45
     assert result["by_language"]["es"]["names_recognised"] >= 0.25
-    assert result["admitted_without_question"] >= 0.10
-    # A name outside what was said is admitted in a minority of requests only.
-    assert result["admitted_wrong"] <= 0.2 * result["requests_with_names"]
+    assert result["admitted_without_question"] >= ADMITTED_FLOOR
+
+
+def test_no_request_is_admitted_with_a_wrong_name(outcomes: list[Outcome]) -> None:
+    wrong = [(o.utterance.text, o.transcript) for o in outcomes if o.wrong]
+    assert wrong == []
+    # Not by asking about everything: some requests still go through with no question.
+    assert any(o.admitted for o in outcomes if o.utterance.names)
 
 
 @pytest.mark.xfail(strict=True, reason="issue 43 targets: not reached by the offline "
@@ -56,4 +67,3 @@ def test_the_issue_targets(outcomes: list[Outcome]) -> None:
     result = figures(outcomes)
     assert result["names_recognised"] >= 0.95
     assert result["admitted_without_question"] >= 0.90
-    assert result["admitted_wrong"] == 0

@@ -3,7 +3,10 @@
 The general English LM mishears telephone audio ("give me access to github" → "the hug
 and the"); an n-gram LM over the phrases and catalogue names of a `SpeechVocabulary` (given
 by the composition root, from the declared tools: vocabulary.py) does far better and
-decodes in tens of milliseconds. Words the bundled CMU dictionary lacks get the
+decodes in tens of milliseconds. That LM also forces a misheard or unknown name onto a
+catalogue name at full posterior, so each word's confidence weighs in the n-best
+hypotheses and the word's duration too (confidence.py): a name the voice floor may act on
+without a question is one the acoustics settle. Words the bundled CMU dictionary lacks get the
 vocabulary's pronunciations. Decoders are pooled (loading the acoustic model takes a few
 hundred ms), each primed once so cepstral normalisation starts from a sane estimate.
 Audio is fed as it arrives (8 kHz → 16 kHz).
@@ -12,6 +15,7 @@ Audio is fed as it arrives (8 kHz → 16 kHz).
 from __future__ import annotations
 
 import importlib
+import itertools
 import logging
 import tempfile
 from pathlib import Path
@@ -20,6 +24,7 @@ from typing import Any
 from ..codec import Resampler, silence_ulaw, ulaw_to_pcm16
 from ..floor import Word
 from .base import SpeechError
+from .confidence import NBEST, base_word, word_confidence
 from .vocabulary import SpeechVocabulary, arpa, dictionary, sentences
 
 log = logging.getLogger(__name__)
@@ -124,16 +129,29 @@ class _Utterance:
         self._decoder.end_utt()
         hypothesis = self._decoder.hyp()
         if hypothesis is not None:
-            # Each segment's posterior probability: how sure the decoder is of that word.
-            # A pronunciation variant is the same word ("slack(2)" is "slack").
-            self._words = [
-                Word(str(seg.word).partition("(")[0], float(seg.prob))
-                for seg in self._decoder.seg()
-                if not str(seg.word).startswith(("<", "["))
-            ]
+            self._words = self._scored(str(hypothesis.hypstr))
         self._engine.release(self._decoder)
         return str(hypothesis.hypstr) if hypothesis is not None else ""
 
     def words(self) -> list[Word]:
         return list(self._words)
+
+    def _scored(self, transcript: str) -> list[Word]:
+        """The transcript's words, each with its confidence (engines/confidence.py): the
+        lattice posterior, the share of the n-best hypotheses that hold it, its duration."""
+        decoder = self._decoder
+        hypotheses = [str(h.hypstr) for h in itertools.islice(decoder.nbest() or (), NBEST)]
+        words: list[Word] = []
+        for seg in decoder.seg() or ():
+            token = str(seg.word)
+            if token.startswith(("<", "[")):
+                continue
+            phones = len(str(decoder.lookup_word(token) or "").split())
+            frames = int(seg.end_frame) - int(seg.start_frame) + 1
+            word = base_word(token)
+            words.append(Word(word, word_confidence(
+                float(seg.prob), frames=frames, phones=phones, hypotheses=hypotheses, word=word,
+                names=self._engine.known_values, best=transcript,
+            )))
+        return words
 
