@@ -7,11 +7,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from libs.tools.demo import DEMO_TOOLS
 from nats.aio.client import Client
 from nats.js import JetStreamContext
 from nats.js.errors import APIError
 
+from demo.tools import DEMO_TOOLS
 from libs.bus import Context, Topology, ensure_streams, read_subject
 from libs.bus.declare import stream_config
 from libs.bus.limits import StreamLimits

@@ -68,7 +68,14 @@ def completed(
 
 
 def problem_details(ctx: CheckContext, response: Response, case: Case[Any]) -> bool | None:
-    """Every refusal is a problem+json document that states its own status."""
+    """Every refusal is a problem+json document that states its own status; on the MCP
+    endpoint, a JSON-RPC error object with a code and a message (the protocol's own form)."""
+    if 400 <= response.status_code < 500 and case.operation.path.startswith("/mcp"):
+        body = response.json()
+        assert body.get("jsonrpc") == "2.0", body
+        assert isinstance(body["error"]["code"], int), body
+        assert body["error"]["message"], body
+        return None
     if 400 <= response.status_code < 500:
         media = response.headers.get("content-type", [""])[0]
         assert media.startswith("application/problem+json"), (response.status_code, media)
