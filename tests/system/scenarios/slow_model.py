@@ -1,6 +1,6 @@
-"""A model that thinks for a while about okta, registered as `ponderous`.
+"""A model that thinks for a while about notion, registered as `ponderous`.
 
-It is the mock model, except that a request naming okta takes 1.5 s to answer: long enough
+It is the mock model, except that a request naming notion takes 1.5 s to answer: long enough
 for the caller to speak again before anything is admitted.
 """
 
@@ -21,8 +21,8 @@ class PonderousModel(MockModel):
     name = "ponderous"
 
     async def respond(self, request: TurnRequest) -> TurnReply:
-        """Answer as the mock; after a pause when the request names okta."""
-        if "okta" in request.user_text.lower():
+        """Answer as the mock; after a pause when the request names notion."""
+        if "notion" in request.user_text.lower():
             await asyncio.sleep(THINKING_S)
         return await super().respond(request)
 

@@ -38,7 +38,7 @@ PLAYOUT_MARGIN_S = 0.5
 
 @pytest.fixture(scope="module")
 def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SurfaceStack]:
-    """Signed Twilio streams, short endpointing, and a model that is slow about okta."""
+    """Signed Twilio streams, short endpointing, and a model that is slow about notion."""
     yield from running(
         broker,
         tmp_path_factory,
@@ -62,9 +62,9 @@ async def test_barge_in_before_admitted(client: httpx.AsyncClient, stack: Surfac
     phone = Phone(stack.url, params(chat), speed=4.0)
     await phone.dial()
     # The request, then the caller speaks again while the model is still thinking.
-    await phone.talk(await speech("give me access to okta"), realtime=False)
+    await phone.talk(await speech("give me access to notion"), realtime=False)
     await phone.talk(await speech("wait one moment please"))
-    batch, op = await voice_batch(chat, "okta")
+    batch, op = await voice_batch(chat, "notion")
     delivery = await final_said(chat, batch, "spoken")
     await closed_once(stack, chat, batch, {op: "committed"}, said_as="spoken")
     events = await timeline(chat)
@@ -80,7 +80,7 @@ async def test_barge_in_before_admitted(client: httpx.AsyncClient, stack: Surfac
             and not m["delivery_id"]]
     assert kept in ([], [""])
     await heard_once(phone, chat, delivery["delivery_id"])
-    assert await effects_of(stack, "okta") == {"okta": 1}
+    assert await effects_of(stack, "notion") == {"notion": 1}
     await phone.hang_up()
 
 

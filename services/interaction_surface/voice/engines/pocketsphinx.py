@@ -140,7 +140,9 @@ class _Utterance:
         """The transcript's words, each with its confidence (engines/confidence.py): the
         lattice posterior, the share of the n-best hypotheses that hold it, its duration."""
         decoder = self._decoder
-        hypotheses = [str(h.hypstr) for h in itertools.islice(decoder.nbest() or (), NBEST)]
+        # The n-best iterator can yield None once the lattice has no more paths: it ends there.
+        ranked = itertools.takewhile(lambda h: h is not None, decoder.nbest() or ())
+        hypotheses = [str(h.hypstr) for h in itertools.islice(ranked, NBEST)]
         words: list[Word] = []
         for seg in decoder.seg() or ():
             token = str(seg.word)
