@@ -56,6 +56,9 @@ from .tool_outputs import confirm_line, labels, operation_ref, output_text
 
 log = logging.getLogger(__name__)
 
+# Pauses between the attempts to store an answer (bounded: the last failure is logged).
+_STORE_BACKOFF_S = (0.1, 0.3, 1.0, 3.0, 0.0)
+
 # --------------------------------------------------------------------------- the request
 
 
@@ -136,18 +139,28 @@ class ToolCalls:
         batch_id: str | None,
         answers: dict[str, dict[str, Any]],
     ) -> None:
+        async def put(call: Prepared) -> None:
+            key = self._key(session_id, call.tool_call_id)
+            value = json.dumps({
+                "state": "answered", "turn_id": turn_id, "batch_id": batch_id,
+                "result": answers[call.tool_call_id],
+            }).encode()
+            # A put is idempotent, so a failed one (a timeout on a loaded broker) is tried
+            # again: left pending, a repeat would wait a whole turn timeout for a takeover.
+            for attempt, pause in enumerate(_STORE_BACKOFF_S):
+                try:
+                    await kv.put(key, value)
+                except Exception:  # any failed put is tried again; the last failure is raised
+                    if attempt == len(_STORE_BACKOFF_S) - 1:
+                        raise
+                    log.warning("tool call answer %s not stored yet; trying again", key)
+                    await asyncio.sleep(pause)
+                else:
+                    return
+
         async def store() -> None:
             with metrics.turn_phase("tool_calls_store"):
-                await asyncio.gather(*(
-                    kv.put(
-                        self._key(session_id, call.tool_call_id),
-                        json.dumps({
-                            "state": "answered", "turn_id": turn_id, "batch_id": batch_id,
-                            "result": answers[call.tool_call_id],
-                        }).encode(),
-                    )
-                    for call in calls
-                ))
+                await asyncio.gather(*(put(call) for call in calls))
 
         self._answers.start(store(), name=f"store-tool-calls-{turn_id}")
 

@@ -79,19 +79,23 @@ async def test_erasure_leaves_no_words_of_the_session_on_the_broker(
         await chat.say(f"my nickname is {canary}-nick, nice to meet you")
         answer = await chat.say(f"give me access to {canary}")
         assert [op["tool"] for op in answer["operations"]] == ["provision_access"]
-        called = await client.post(
-            f"/v1/sessions/{chat.session_id}/tool-calls",
-            headers=chat.auth,
-            json={
-                "calls": [{
-                    "tool_call_id": f"call-{canary}",
-                    "name": "provision_access",
-                    "arguments": {"accesses": [f"{canary}-tool"]},
-                }],
-                "user_text": f"please give me {canary}-tool",
-            },
-        )
+        tool_calls = {
+            "calls": [{
+                "tool_call_id": f"call-{canary}",
+                "name": "provision_access",
+                "arguments": {"accesses": [f"{canary}-tool"]},
+            }],
+            "user_text": f"please give me {canary}-tool",
+        }
+        url = f"/v1/sessions/{chat.session_id}/tool-calls"
+        called = await client.post(url, headers=chat.auth, json=tool_calls)
         assert called.status_code == 200, called.text
+        # The repeat is answered from the stored answer (it waits while that is pending), so
+        # the answer and its words are in the turns bucket from here on.
+        repeated = await client.post(url, headers=chat.auth, json=tool_calls)
+        assert repeated.status_code == 200, repeated.text
+        assert repeated.json()["results"] == called.json()["results"]
+        assert f"{canary}-tool" in repeated.json()["results"][0]["output"]
         # A poison message of the session, dead-lettered with its bytes.
         poison = topology.operation_event_subject(chat.session_id, "op1", "admitted")
         await js.publish(poison, b"\x00{" + canary.encode())
@@ -120,7 +124,10 @@ async def test_erasure_leaves_no_words_of_the_session_on_the_broker(
         try:
             await eventually(everywhere, timeout_s=45)
         except AssertionError:
-            raise AssertionError(f"the canary never reached {missing}") from None
+            surface = stack.procs["interaction_surface"].tail(60)
+            raise AssertionError(
+                f"the canary never reached {missing}; the surface's log ends:\n{surface}"
+            ) from None
 
         erased = await client.delete(f"/v1/sessions/{chat.session_id}", headers=chat.auth)
         assert erased.status_code == 200, erased.text
