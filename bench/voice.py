@@ -55,6 +55,7 @@ from services.interaction_surface.voice.codec import (
 from services.interaction_surface.voice.engines.base import Recognizer, TextToSpeech, synthesize
 from services.interaction_surface.voice.engines.espeak import EspeakTts
 from services.interaction_surface.voice.engines.pocketsphinx import PocketsphinxStt
+from services.interaction_surface.voice.twilio_frames import TwilioWire
 from services.interaction_surface.voice.vad import VadConfig, webrtc_classifier
 from services.interaction_surface.voice.wiring import PRIMER_TEXT
 from testkit import stimuli
@@ -227,7 +228,7 @@ async def _call(
     )
     session = SessionState(session_id="s_bench", user_id="u", tenant_id="t", agent="a",
                            token_hash="sha256:bench")  # noqa: S106 - not a secret
-    call = Call(cast(WebSocket, fake), session, "MZbench", "CAbench", ports)
+    call = Call(TwilioWire(cast(WebSocket, fake), "MZbench"), session, "CAbench", ports)
     return call, fake
 
 
@@ -382,7 +383,7 @@ async def _stop_trial(
     )
     session = SessionState(session_id="s_bench", user_id="u", tenant_id="t", agent="concierge",
                            token_hash="sha256:bench")  # noqa: S106 - not a secret
-    call = Call(cast(WebSocket, fake), session, "MZbench", "CAbench", ports)
+    call = Call(TwilioWire(cast(WebSocket, fake), "MZbench"), session, "CAbench", ports)
     audio = silence_ulaw(200) + request
     last = _last_voiced(audio, config.aggressiveness, config.min_rms)
     voiced_end = (last + 1) * ULAW_FRAME_BYTES

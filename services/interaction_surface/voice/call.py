@@ -1,5 +1,6 @@
-"""One phone call's shell (`Call`): it feeds audio to the VAD and the recognizer and carries
-out what the pure rules decide; the agent's audio goes out through `outbound.Playout`.
+"""One call's shell (`Call`), whatever transport carries it: it feeds audio to the VAD and
+the recognizer and carries out what the pure rules decide; the agent's audio goes out
+through `outbound.Playout` onto the transport's `wire.CallWire`.
 
 The rules, and where they live (each tested without a socket, tests/voice):
 - `turn_taking`: suspected speech holds the line (nothing flushed; `rejected` opens it
@@ -28,8 +29,6 @@ import time
 from collections import deque
 from typing import Any
 
-from fastapi import WebSocket
-
 from libs import metrics
 from libs.domain import SessionState
 from libs.events import (
@@ -55,6 +54,7 @@ from .recorder import Recorder
 from .registry import CallRegistry
 from .suspended import SuspendedAudio
 from .vad import VadEvent, VoiceActivity
+from .wire import CallWire
 
 __all__ = ["CALLS", "FRAMES_REJECTED", "Call", "CallRegistry", "Review", "SpeechPorts"]
 
@@ -74,19 +74,17 @@ class Call:
 
     def __init__(
         self,
-        websocket: WebSocket,
+        wire: CallWire,
         session: SessionState,
-        stream_sid: str,
         call_sid: str,
         ports: SpeechPorts,
     ) -> None:
         self.session = session
         self.session_id = session.session_id
-        self.stream_sid = stream_sid
         self.connection_id = f"call_{call_sid}"
         self.ports = ports
         self.out = Playout(
-            websocket, stream_sid, name=self.connection_id, tts=ports.tts,
+            wire, name=self.connection_id, tts=ports.tts,
             lead_ms=ports.playout_lead_ms,
             started=self._record_started,
             finished=self._record_finished,

@@ -14,14 +14,12 @@ phone that plays in real time; it drives the playout model and is no event's tim
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
-
-from fastapi import WebSocket, WebSocketDisconnect
 
 from libs.events import PlaybackStarted
 
@@ -29,7 +27,7 @@ from . import playback as pb
 from .codec import ulaw_ms
 from .engines.base import TextToSpeech
 from .playback import PlaybackLedger, Settled
-from .twilio_frames import clear_frame, mark_frame, media_frame
+from .wire import CallWire
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +46,7 @@ class Playout:
 
     def __init__(
         self,
-        ws: WebSocket,
-        stream_sid: str,
+        wire: CallWire,
         *,
         name: str,
         tts: TextToSpeech,
@@ -59,8 +56,7 @@ class Playout:
         # Records an utterance's outcome (`playback.finished`).
         finished: Callable[[Settled], None],
     ) -> None:
-        self.ws = ws
-        self.stream_sid = stream_sid
+        self.wire = wire
         self.ledger = PlaybackLedger()
         self.clears = 0
         self.closed = False
@@ -112,17 +108,16 @@ class Playout:
             if pending.task is not None and not pending.task.done():
                 pending.task.cancel()
 
-    async def send(self, frame: str) -> None:
-        """One encoded frame to the phone (dropped once the call ended or the socket went)."""
+    async def send(self, send: Callable[[], Awaitable[None]]) -> None:
+        """One send on the wire, in order (dropped once the call ended)."""
         if self.closed:
             return
         async with self._send_lock:
-            with contextlib.suppress(WebSocketDisconnect, RuntimeError):
-                await self.ws.send_text(frame)
+            await send()
 
     async def clear(self) -> None:
         """Flush what the phone has queued (`clear`)."""
-        await self.send(clear_frame(self.stream_sid))
+        await self.send(self.wire.send_clear)
         self.clears += 1
 
     def stop_stream(self, playback_id: str) -> None:
@@ -206,14 +201,14 @@ class Playout:
         try:
             while (piece := await pieces.get()) is not None:
                 await self._pace()
-                await self.send(media_frame(self.stream_sid, piece))
+                await self.send(functools.partial(self.wire.send_audio, piece))
                 self.ledger.add_audio(playback_id, ulaw_ms(piece), self.now_ms())
             # A failed synthesis raises here: no mark for audio that never finished.
             await producer
         finally:
             if not producer.done():
                 producer.cancel()
-        await self.send(mark_frame(self.stream_sid, playback_id))
+        await self.send(functools.partial(self.wire.send_mark, playback_id))
         self.ledger.sent(playback_id)
 
     async def _synthesize(

@@ -8,16 +8,19 @@ that does not decode raises `FrameError` with a stable reason (the label of
 `holdline_telephony_frames_rejected_total`) and msgspec's own detail.
 
 Outbound frames (`media`, `mark`, `clear`) are encoded from Structs (`media_frame`,
-`mark_frame`, `clear_frame`). A `media` payload is base64 μ-law on the wire both ways
-(msgspec's own encoding of `bytes`); converting the audio is `codec`'s.
+`mark_frame`, `clear_frame`) and sent by `TwilioWire`, the call's `CallWire` on this
+carrier. A `media` payload is base64 μ-law on the wire both ways (msgspec's own encoding of
+`bytes`); converting the audio is `codec`'s.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from typing import Annotated, Literal
 
 import msgspec
+from fastapi import WebSocket, WebSocketDisconnect
 
 
 class FrameError(Exception):
@@ -181,3 +184,28 @@ def mark_frame(stream_sid: str, name: str) -> str:
 def clear_frame(stream_sid: str) -> str:
     """A `clear` frame."""
     return _OUTBOUND.encode(TwilioClear(stream_sid)).decode()
+
+
+class TwilioWire:
+    """A call's outbound side on a Twilio media stream (a `CallWire`)."""
+
+    def __init__(self, websocket: WebSocket, stream_sid: str) -> None:
+        self.websocket = websocket
+        self.stream_sid = stream_sid
+
+    async def _send(self, frame: str) -> None:
+        # The phone hung up mid-send: what was left is simply not heard.
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+            await self.websocket.send_text(frame)
+
+    async def send_audio(self, ulaw: bytes) -> None:
+        """One `media` frame."""
+        await self._send(media_frame(self.stream_sid, ulaw))
+
+    async def send_mark(self, name: str) -> None:
+        """One `mark` frame; Twilio returns it once the audio before it played."""
+        await self._send(mark_frame(self.stream_sid, name))
+
+    async def send_clear(self) -> None:
+        """One `clear` frame: Twilio drops its queued audio and returns its pending marks."""
+        await self._send(clear_frame(self.stream_sid))

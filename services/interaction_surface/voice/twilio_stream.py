@@ -30,6 +30,7 @@ from .twilio_frames import (
     TwilioMedia,
     TwilioStart,
     TwilioStop,
+    TwilioWire,
     decode_frame,
 )
 
@@ -214,7 +215,7 @@ async def _start(
         if not ID_PATTERN.match(user) or not ID_PATTERN.match(tenant):
             raise StreamRefused(4404, "bad_caller")
         session = await telephony.open_session(user, tenant)
-    call = Call(websocket, session, stream_sid, call_sid, started.ports)
+    call = Call(TwilioWire(websocket, stream_sid), session, call_sid, started.ports)
     await telephony.ownership.claim(call.connection_id)
     telephony.registry.attach(call)
     if telephony.on_attach is not None:
