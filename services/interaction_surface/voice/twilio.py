@@ -25,6 +25,7 @@ from libs.events import SessionOpened
 from libs.problems import problem
 
 from ..auth import hash_token, new_token
+from .call_start import StreamRefused
 from .telephony import ID_PATTERN, SessionLookup, Telephony, VoiceStarted
 from .trust import (
     SETTINGS_HEADER,
@@ -39,7 +40,7 @@ from .trust import (
     stream_url,
 )
 from .twilio_frames import FrameError
-from .twilio_stream import StreamRefused, run_stream
+from .twilio_stream import run_stream
 
 # Importable from here as before (the edge's names).
 __all__ = [

@@ -10,18 +10,14 @@ tickets, the local-only rule without an auth token) is applied before anything i
 from __future__ import annotations
 
 import logging
-import re
 from dataclasses import dataclass, field
 
 from fastapi import WebSocket, WebSocketDisconnect
-from nats.js.errors import KeyWrongLastSequenceError
 
-from libs.domain import SessionState
-from libs.events import ChannelConnected
-
-from .call import CALLS, FRAMES_REJECTED, Call
-from .telephony import ID_PATTERN, Telephony
-from .trust import TICKET, TicketRefused, check_ticket, text_params
+from .call import FRAMES_REJECTED, Call
+from .call_start import CallStart, StreamRefused, end_call, start_call
+from .telephony import Telephony
+from .trust import text_params
 from .twilio_frames import (
     FrameError,
     TwilioConnected,
@@ -38,15 +34,6 @@ log = logging.getLogger(__name__)
 
 # The largest text frame read from a phone stream; a bigger one closes the stream (1009).
 MAX_FRAME_CHARS = 64 * 1024
-
-
-class StreamRefused(Exception):
-    """A `start` that opens nothing: closed with `code`, counted under `reason`."""
-
-    def __init__(self, code: int, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
 
 
 @dataclass
@@ -152,76 +139,21 @@ async def run_stream(telephony: Telephony, websocket: WebSocket, *, local: bool)
         if call is not None:
             for key, count in state.early.items():
                 call.rejected[key] = call.rejected.get(key, 0) + count
-            telephony.registry.detach(call)
-            await call.hang_up(reason)
-            await telephony.ownership.release(call.connection_id)
-
-
-async def _claim_ticket(telephony: Telephony, nonce: str) -> None:
-    """Use the ticket up, on every surface at once; StreamRefused when it was used before."""
-    if telephony.started is None:
-        raise StreamRefused(4403, "ticket_unverifiable")
-    try:
-        await telephony.started.tickets.create(f"t.{nonce}", b"used")
-    except KeyWrongLastSequenceError:
-        raise StreamRefused(4403, "ticket_replayed") from None
-    except Exception as exc:  # noqa: BLE001 - a claim that cannot be made refuses the call
-        log.warning("telephony: ticket claim failed: %r", exc)
-        raise StreamRefused(4403, "ticket_unverifiable") from None
+            await end_call(telephony, call, reason)
 
 
 async def _start(
     telephony: Telephony, websocket: WebSocket, frame: TwilioStart, *, local: bool
 ) -> Call:
     """The call a `start` opens, or StreamRefused (before anything is stored)."""
-    started = telephony.started
-    if started is None:
+    if telephony.started is None:
         raise FrameError("bad_start")
     start = frame.start
     params = text_params(start.custom_parameters)
     if params is None:
         raise StreamRefused(4403, "bad_parameters")
-    raw_call_sid = start.call_sid
     stream_sid = start.stream_sid or frame.stream_sid or telephony.ids.new("MZ")
-    call_sid = re.sub(r"[^A-Za-z0-9_-]", "", raw_call_sid)[:64] or telephony.ids.new("CA")
-    trust = telephony.trust
-    nonce: str | None = None
-    if trust.signed and params.get(TICKET):
-        # Present: it must be ours, for this call and exactly these parameters.
-        try:
-            nonce = check_ticket(
-                trust.ticket_key, params[TICKET], raw_call_sid, params,
-                now=telephony.clock.now().timestamp(),
-            )
-        except TicketRefused as exc:
-            raise StreamRefused(4403, exc.reason) from None
-    session: SessionState | None = None
-    if params.get("session_id"):
-        try:
-            session = await telephony.find_session(params["session_id"], params.get("token"))
-        except Exception:  # noqa: BLE001 - any lookup failure refuses the call the same way
-            session = None
-        if session is None or session.closed:
-            raise StreamRefused(4404, "unknown_session")
-    elif trust.signed and nonce is None:
-        raise StreamRefused(4403, "ticket_missing")
-    elif not trust.signed and not local:
-        raise StreamRefused(4403, "not_local")
-    if nonce is not None:
-        await _claim_ticket(telephony, nonce)
-    if session is None:
-        user = params.get("user_id", "")
-        tenant = params.get("tenant_id") or telephony.default_tenant
-        if not ID_PATTERN.match(user) or not ID_PATTERN.match(tenant):
-            raise StreamRefused(4404, "bad_caller")
-        session = await telephony.open_session(user, tenant)
-    call = Call(TwilioWire(websocket, stream_sid), session, call_sid, started.ports)
-    await telephony.ownership.claim(call.connection_id)
-    telephony.registry.attach(call)
-    if telephony.on_attach is not None:
-        telephony.on_attach(call)
-    call.interaction(ChannelConnected(channel="voice", connection_id=call.connection_id))
-    # An earlier call of the session dropped before its "did you say ...?" was answered.
-    call.ask_again()
-    CALLS.labels(outcome="started").inc()
-    return call
+    wire = TwilioWire(websocket, stream_sid)
+    return await start_call(
+        telephony, wire, CallStart(call_id=start.call_sid, params=params, local=local)
+    )
