@@ -3,8 +3,9 @@
 
 The webhook answers TwiML whose `<Parameter>`s say which session the stream continues or
 opens (with a call ticket when signed); the stream route checks the signature, then hands
-the socket to `twilio_stream`, which decodes each frame (`twilio_frames`) and runs the
-call. While the call is attached, the session's deliveries are spoken on it (`Call.say`).
+the socket to `media_stream.run_stream` with `TwilioStream`, which decodes each frame
+(`twilio_frames`), and the loop runs the call. While the call is attached, the session's
+deliveries are spoken on it (`Call.say`).
 
 Trust (signatures, call tickets, the local-only rule without an auth token) is in
 `trust`; the routes here apply it before anything is stored. Who holds a call across
@@ -26,6 +27,8 @@ from libs.problems import problem
 
 from ..auth import hash_token, new_token
 from .call_start import StreamRefused
+from .media_stream import run_stream
+from .stream_frames import FrameError
 from .telephony import ID_PATTERN, SessionLookup, Telephony, VoiceStarted
 from .trust import (
     SETTINGS_HEADER,
@@ -39,8 +42,7 @@ from .trust import (
     public_url,
     stream_url,
 )
-from .twilio_frames import FrameError
-from .twilio_stream import run_stream
+from .twilio_frames import TwilioStream
 
 # Importable from here as before (the edge's names).
 __all__ = [
@@ -57,6 +59,8 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_TWILIO = TwilioStream()
 
 # The voice webhook's form is about a kilobyte; past this it is refused (413).
 _MAX_WEBHOOK_BYTES = 64 * 1024
@@ -182,7 +186,9 @@ def add_telephony_routes(router: APIRouter, telephony: Telephony) -> None:
                 await websocket.close(code=4403)
                 return
         await websocket.accept()
-        await run_stream(telephony, websocket, local=is_local(peer, websocket.headers))
+        await run_stream(
+            telephony, _TWILIO, websocket, local=is_local(peer, websocket.headers)
+        )
 
 
 def opened_session_event(user_id: str, tenant_id: str, agent: str) -> SessionOpened:

@@ -22,15 +22,17 @@ from typing import Annotated, Literal
 import msgspec
 from fastapi import WebSocket, WebSocketDisconnect
 
-
-class FrameError(Exception):
-    """A frame that cannot be used; `reason` is the stable code recorded for it."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
-        self.detail = detail
-
+from .stream_frames import (
+    FrameError,
+    StreamDtmf,
+    StreamFrame,
+    StreamMark,
+    StreamMedia,
+    StreamNothing,
+    StreamStart,
+    StreamStop,
+)
+from .trust import text_params
 
 # ---------------------------------------------------------------------------- inbound
 
@@ -209,3 +211,35 @@ class TwilioWire:
     async def send_clear(self) -> None:
         """One `clear` frame: Twilio drops its queued audio and returns its pending marks."""
         await self._send(clear_frame(self.stream_sid))
+
+
+class TwilioStream:
+    """Twilio Media Streams as a `media_stream.Carrier`."""
+
+    def decode(self, message: str | bytes) -> StreamFrame:
+        """A text frame as what it means to the call (Twilio sends no binary frames)."""
+        if isinstance(message, bytes):
+            raise FrameError("binary_frame")
+        match decode_frame(message):
+            case TwilioStart(start=start, stream_sid=outer_sid):
+                params = text_params(start.custom_parameters)
+                if params is None:
+                    raise FrameError("bad_parameters")
+                return StreamStart(
+                    call_id=start.call_sid, stream_id=start.stream_sid or outer_sid,
+                    params=params,
+                )
+            case TwilioMedia(media=media):
+                return StreamMedia(media.payload)
+            case TwilioMark(mark=mark):
+                return StreamMark(mark.name)
+            case TwilioDtmf(dtmf=dtmf):
+                return StreamDtmf(dtmf.digit)
+            case TwilioStop():
+                return StreamStop()
+            case TwilioConnected():
+                return StreamNothing()
+
+    def wire(self, websocket: WebSocket, stream_id: str) -> TwilioWire:
+        """The call's outbound side on this stream."""
+        return TwilioWire(websocket, stream_id)

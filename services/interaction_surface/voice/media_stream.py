@@ -1,46 +1,61 @@
-"""`WS /v1/telephony/twilio` after the handshake: the stream loop and the `start` that opens a call.
+"""A carrier's media stream after the handshake (`run_stream`): the loop that reads frames and
+opens, feeds and ends the call, the same for every carrier.
 
-Frames are decoded at the boundary (`twilio_frames.decode_frame`) and matched on their type.
-The loop is tolerant: a bad frame (garbage JSON, invalid base64, media before `start`) is
-counted with its reason and dropped, never fatal. `start.customParameters`
-`{session_id, token}` continues a session; `{user_id, tenant_id}` opens one; trust (call
-tickets, the local-only rule without an auth token) is applied before anything is stored.
+A carrier is one wire module implementing `Carrier`: it decodes its own frames at the edge
+into `stream_frames` and builds the `CallWire` the agent's audio goes out through. The loop
+is tolerant: a bad frame (garbage JSON, invalid base64, media before the start) is counted
+with its reason and dropped, never fatal. A start's parameters `{session_id, token}`
+continue a session, `{user_id, tenant_id}` open one; trust is `call_start`'s, applied before
+anything is stored.
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from fastapi import WebSocket, WebSocketDisconnect
 
 from .call import FRAMES_REJECTED, Call
 from .call_start import CallStart, StreamRefused, end_call, start_call
-from .telephony import Telephony
-from .trust import text_params
-from .twilio_frames import (
+from .stream_frames import (
     FrameError,
-    TwilioConnected,
-    TwilioDtmf,
-    TwilioMark,
-    TwilioMedia,
-    TwilioStart,
-    TwilioStop,
-    TwilioWire,
-    decode_frame,
+    StreamDtmf,
+    StreamFrame,
+    StreamMark,
+    StreamMedia,
+    StreamNothing,
+    StreamStart,
+    StreamStop,
 )
+from .telephony import Telephony
+from .wire import CallWire
 
 log = logging.getLogger(__name__)
 
-# The largest text frame read from a phone stream; a bigger one closes the stream (1009).
+# The largest frame read from a phone stream; a bigger one closes the stream (1009). Every
+# carrier's messages are a few kilobytes at most; parsing a huge one (or its audio) would
+# stall every call of this process.
 MAX_FRAME_CHARS = 64 * 1024
+
+
+class Carrier(Protocol):
+    """One carrier's media stream: its frames, decoded at the edge, and its outbound wire."""
+
+    def decode(self, message: str | bytes) -> StreamFrame:
+        """One WebSocket message as what it means to the call; FrameError when unusable."""
+
+    def wire(self, websocket: WebSocket, stream_id: str) -> CallWire:
+        """The call's outbound side on this stream."""
 
 
 @dataclass
 class _Stream:
-    """One WebSocket's progress: the call once `start` arrived, and how it ended."""
+    """One WebSocket's progress: the call once the start arrived, and how it ended."""
 
     telephony: Telephony
+    carrier: Carrier
     websocket: WebSocket
     # A loopback peer with no proxy in between (may open sessions without an auth token).
     local: bool = False
@@ -62,57 +77,63 @@ class _Stream:
         self.refused = exc.code
         return "refused"
 
-    async def handle(self, raw: str) -> str | None:
-        """One text frame; returns why the stream ends, or None to keep reading."""
+    async def handle(self, message: str | bytes) -> str | None:
+        """One message; returns why the stream ends, or None to keep reading."""
         try:
-            frame = decode_frame(raw)
+            frame = self.carrier.decode(message)
         except FrameError as exc:
             if exc.reason == "bad_parameters" and self.call is None:
-                # Parameters no TwiML of ours could carry: the start opens nothing.
+                # Parameters no document of ours could carry: the start opens nothing.
                 return self.refuse(StreamRefused(4403, exc.reason))
             raise
         call = self.call
         match frame:
-            case TwilioStart() if call is None:
+            case StreamStart() if call is None:
                 try:
-                    self.call = await _start(
-                        self.telephony, self.websocket, frame, local=self.local
-                    )
+                    self.call = await self._start(frame)
                 except StreamRefused as exc:
                     return self.refuse(exc)
-            case TwilioStop():
+            case StreamStop():
                 return "stop"
-            case TwilioMedia(media=media):
+            case StreamMedia(ulaw=ulaw):
                 if call is None:
                     raise FrameError("media_before_start")
-                await call.on_media(media.payload)
-            case TwilioMark(mark=mark):
+                await call.on_media(ulaw)
+            case StreamMark(name=name):
                 if call is not None:
-                    call.on_mark(mark.name)
-            case TwilioDtmf(dtmf=dtmf):
+                    call.on_mark(name)
+            case StreamDtmf(digit=digit):
                 if call is not None:
-                    call.on_dtmf(dtmf.digit)
-            case TwilioConnected() | TwilioStart():
+                    call.on_dtmf(digit)
+            case StreamNothing() | StreamStart():
                 pass
         return None
 
+    async def _start(self, frame: StreamStart) -> Call:
+        telephony = self.telephony
+        if telephony.started is None:
+            raise FrameError("bad_start")
+        stream_id = frame.stream_id or telephony.ids.new("stream")
+        wire = self.carrier.wire(self.websocket, stream_id)
+        start = CallStart(call_id=frame.call_id, params=frame.params, local=self.local)
+        return await start_call(telephony, wire, start)
 
-async def run_stream(telephony: Telephony, websocket: WebSocket, *, local: bool) -> None:
+
+async def run_stream(
+    telephony: Telephony, carrier: Carrier, websocket: WebSocket, *, local: bool
+) -> None:
     """Read an accepted stream until it stops, is refused or goes; the call ends with it."""
-    state = _Stream(telephony, websocket, local=local)
+    state = _Stream(telephony, carrier, websocket, local=local)
     reason = "disconnected"
     try:
         while True:
             message = await websocket.receive()
             if message["type"] == "websocket.disconnect":
                 break
-            raw = message.get("text")
+            raw: str | bytes | None = message.get("text")
             if raw is None:
-                state.reject("binary_frame")
-                continue
+                raw = message.get("bytes") or b""
             if len(raw) > MAX_FRAME_CHARS:
-                # Twilio's messages are well under a kilobyte; parsing a huge one (or its
-                # audio) would stall every call of this process.
                 state.reject("frame_too_large")
                 reason = "frame_too_large"
                 await websocket.close(code=1009, reason="frame too large")
@@ -140,20 +161,3 @@ async def run_stream(telephony: Telephony, websocket: WebSocket, *, local: bool)
             for key, count in state.early.items():
                 call.rejected[key] = call.rejected.get(key, 0) + count
             await end_call(telephony, call, reason)
-
-
-async def _start(
-    telephony: Telephony, websocket: WebSocket, frame: TwilioStart, *, local: bool
-) -> Call:
-    """The call a `start` opens, or StreamRefused (before anything is stored)."""
-    if telephony.started is None:
-        raise FrameError("bad_start")
-    start = frame.start
-    params = text_params(start.custom_parameters)
-    if params is None:
-        raise StreamRefused(4403, "bad_parameters")
-    stream_sid = start.stream_sid or frame.stream_sid or telephony.ids.new("MZ")
-    wire = TwilioWire(websocket, stream_sid)
-    return await start_call(
-        telephony, wire, CallStart(call_id=start.call_sid, params=params, local=local)
-    )
