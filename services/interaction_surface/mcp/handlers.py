@@ -216,6 +216,17 @@ class McpHandlers:
                     code=-32000, message="this call is still being answered; retry"
                 ) from None
         result = answer["results"][0]
+        fresh = self.tasks.admitted(answer["batch_id"], result["operations"],
+                                    self.surface.clock.now())
+        if tasked and fresh is not None and name != CONFIRM_TOOL:
+            # Admitted in this session a moment ago: the task is created from admission's
+            # answer, not after the view reads back what was just written (a wait behind
+            # every other session's events under load).
+            return {
+                "resultType": "task",
+                **wire_task(task_id(session.token_hash, fresh.batch_id), task_view(fresh),
+                            fresh, with_payload=False),
+            }
         named = [answer["batch_id"], *(o.get("batch_id") for o in result["operations"])]
         if any(b and self.surface.view.batches.get(b) is None for b in named):
             # Written by admission a moment ago: the view catches up before it is read.

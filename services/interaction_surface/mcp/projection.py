@@ -97,6 +97,23 @@ class Tasks:
             progress=progress,
         )
 
+    def admitted(
+        self, batch_id: str | None, operations: list[dict[str, Any]], now: datetime
+    ) -> TaskFacts | None:
+        """A batch's facts from admission's own answer, while the view has not read it yet:
+        what a task shows when it is created (None: the view has it, or it waits for a yes,
+        whose prompt only the events hold)."""
+        if batch_id is None or self.view.batches.get(batch_id) is not None:
+            return None
+        if any(o["status"] == "awaiting_confirmation" for o in operations):
+            return None
+        members = tuple(
+            Member(operation_id=o["operation_id"], tool=o["tool"], status=o["status"],
+                   summary="")
+            for o in operations if o.get("batch_id") == batch_id
+        )
+        return TaskFacts(batch_id=batch_id, created_at=now, updated_at=now, members=members)
+
     def tasked(self, batch_id: str | None) -> bool:
         """Whether a batch is an MCP task's (its closing is the task's result)."""
         if batch_id is None:
