@@ -26,6 +26,9 @@ def stack(broker: Broker, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
             # Sessions idle for 2 s leave the surface's memory (test_idle_eviction); every
             # other test here runs with that going on.
             "HOLDLINE_SESSION_IDLE_S": "2",
+            # The default burst of openings per address, refilled at 0.5/s instead of 6/s:
+            # test_flooding's 80 openings then meet the limit however slowly they run.
+            "HOLDLINE_RATE_OPEN_ADDRESS": "60/0.5",
         },
     ) as running:
         yield running

@@ -18,7 +18,8 @@ from libs.events import INTERACTION, SpeechStarted, SpeechStopped
 from testkit.surface import SurfaceStack, open_chat
 
 FRAMES = 2000
-# The surface's defaults (HOLDLINE_RATE_SESSION, HOLDLINE_RATE_OPEN_ADDRESS).
+# The surface's default HOLDLINE_RATE_SESSION, and the stack's HOLDLINE_RATE_OPEN_ADDRESS
+# (the default burst, refilled slowly so a slow run cannot refill it mid-test).
 SESSION_BURST, SESSION_PER_S = 30, 5
 ADDRESS_BURST = 60
 
@@ -69,7 +70,8 @@ async def test_a_signal_flood_appends_at_most_the_rate_limits_worth(stack: Surfa
                 assert (frame["code"], frame["status"]) == ("rate_limited", 429), frame
                 refused += 1
         elapsed = time.monotonic() - started - 2
-    assert sent < 5, sent
+    # A flood (2,000 frames in seconds), or the limit is not what the bounds below test.
+    assert sent < 10, sent
     allowed = SESSION_BURST + SESSION_PER_S * elapsed + 2
     appended = await speech_events(stack, chat.session_id)
     assert appended <= allowed, (appended, elapsed)
