@@ -70,7 +70,7 @@ class LegacyTasks:
     async def __call__(self, ctx: Ctx, call_next: CallNext) -> HandlerResult:
         """Serve a 2025-11-25 task request here; hand everything else to the SDK."""
         if ctx.method == "initialize":
-            return _with_capability(await call_next(ctx))
+            return with_capability(await call_next(ctx))
         if ctx.request_id is None or ctx.protocol_version != LEGACY_TASKS_VERSION:
             return await call_next(ctx)
         raw = dict(ctx.params or {})
@@ -198,7 +198,7 @@ class LegacyTasks:
         return wire_task(params.task_id, view, self._handlers.tasks.facts(session, current))
 
 
-def _with_capability(result: HandlerResult) -> HandlerResult:
+def with_capability(result: HandlerResult) -> HandlerResult:
     """A 2025-11-25 `initialize` result with the server's `tasks` capability."""
     if not isinstance(result, dict) or result.get("protocolVersion") != LEGACY_TASKS_VERSION:
         return result

@@ -82,8 +82,8 @@ def wire_task(task: str, view: LegacyView, facts: TaskFacts) -> dict[str, Any]:
         "status": view.status,
         "createdAt": facts.created_at.isoformat(),
         "lastUpdatedAt": facts.updated_at.isoformat(),
-        # The outcome is kept as long as the session's events; a requested ttl is not
-        # shortened to (the spec lets the receiver say the actual one).
+        # The outcome is kept as long as the session's events, whatever ttl was asked
+        # for: the spec lets the receiver override it and say the actual one.
         "ttl": TTL_MS,
         "pollInterval": POLL_INTERVAL_MS,
     }

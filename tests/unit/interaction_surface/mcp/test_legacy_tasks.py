@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 import pytest
 
 from libs.tools import default_registry
+from services.interaction_surface.mcp.legacy import with_capability
 from services.interaction_surface.mcp.legacy_tasks import (
     IMMEDIATE_RESPONSE,
     RELATED_TASK,
@@ -103,3 +104,15 @@ def test_on_2025_11_25_the_tools_that_answer_at_once_do_not_offer_tasks() -> Non
     assert tools["transfer_money"]["execution"] == {"taskSupport": "optional"}
     assert "execution" not in tools["confirm_operation"]
     assert "execution" not in tools["holdline_pending"]
+
+
+def test_only_a_2025_11_25_initialize_declares_the_tasks_capability() -> None:
+    hello = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}}}
+    assert with_capability(hello) == {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {"tools": {},
+                         "tasks": {"list": {}, "cancel": {},
+                                   "requests": {"tools": {"call": {}}}}},
+    }
+    older = {"protocolVersion": "2025-06-18", "capabilities": {"tools": {}}}
+    assert with_capability(older) == older
