@@ -24,11 +24,9 @@ from mcp_types import (
     CallToolRequestParams,
     CallToolResult,
     ListToolsResult,
-    RequestParams,
     Tool,
 )
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import ConfigDict, Field
 
 from libs.admission import TurnContext
 from libs.domain import BatchState, SessionState
@@ -45,11 +43,13 @@ from ..agent.tool_formats import (
 from ..core.http import ProblemError
 from ..core.surface import Surface
 from .channel import McpChannel
+from .params import Tasked, TaskParams, UpdateParams
 from .projection import Tasks
 from .tasks import (
     PENDING_TOOL,
     TASKED_TURN,
     TASKS_EXTENSION,
+    TaskFacts,
     call_id,
     confirm_key,
     confirmed,
@@ -63,20 +63,6 @@ log = logging.getLogger(__name__)
 
 SESSION_KEY = "holdline_session"
 UNTASKED = "mcpc"
-
-
-class TaskParams(RequestParams):
-    """`tasks/get` and `tasks/cancel`: the task's id."""
-
-    model_config = ConfigDict(populate_by_name=True)
-
-    task_id: str = Field(alias="taskId", min_length=1, max_length=128)
-
-
-class UpdateParams(TaskParams):
-    """`tasks/update`: the task's id and the answers to its input requests."""
-
-    input_responses: dict[str, Any] = Field(alias="inputResponses")
 
 
 def _not_found(task: str) -> MCPError:
@@ -150,7 +136,8 @@ class McpHandlers:
                 message="the Mcp-Name header does not match the request's taskId",
             )
 
-    async def _batch(self, session: SessionState, task: str) -> BatchState:
+    async def batch_for(self, session: SessionState, task: str) -> BatchState:
+        """The session's batch a task id names; not found (one answer) otherwise."""
         found = self.tasks.batch_of(session, task)
         if found is None:
             await self.surface.view.sync()
@@ -180,8 +167,24 @@ class McpHandlers:
         """One batch through admission: a task when the client takes tasks, else the
         honest acceptance."""
         session = self._session(ctx)
+        out = await self.call(
+            session, params.name, dict(params.arguments or {}), tasked=self.tasked(ctx)
+        )
+        if isinstance(out, CallToolResult):
+            return out
+        facts = out.facts
+        return {
+            "resultType": "task",
+            **wire_task(task_id(session.token_hash, facts.batch_id), task_view(facts), facts,
+                        with_payload=False),
+        }
+
+    async def call(
+        self, session: SessionState, name: str, arguments: dict[str, Any], *, tasked: bool
+    ) -> CallToolResult | Tasked:
+        """One call as one batch through admission: its task's facts when `tasked` (whatever
+        the protocol version asked for it), else the honest acceptance as its result."""
         started = self._started()
-        name, arguments = params.name, dict(params.arguments or {})
         if name == PENDING_TOOL:
             return await self._pending(session)
         if name not in self._names(started.tool_calls.registry, session.agent):
@@ -192,7 +195,6 @@ class McpHandlers:
             self.surface.limit(session)
         except ProblemError as exc:
             return _text(exc.detail, error=True)
-        tasked = self.tasked(ctx)
         body = ToolCallsBody(
             calls=[CallIn(tool_call_id=call_id(name, arguments, tasked=tasked), name=name,
                           arguments=arguments)],
@@ -218,28 +220,20 @@ class McpHandlers:
         result = answer["results"][0]
         fresh = self.tasks.admitted(answer["batch_id"], result["operations"],
                                     self.surface.clock.now())
-        if tasked and fresh is not None and name != CONFIRM_TOOL:
+        tasked_result = tasked and name != CONFIRM_TOOL  # a yes or no is never a task
+        if tasked_result and fresh is not None:
             # Admitted in this session a moment ago: the task is created from admission's
             # answer, not after the view reads back what was just written (a wait behind
             # every other session's events under load).
-            return {
-                "resultType": "task",
-                **wire_task(task_id(session.token_hash, fresh.batch_id), task_view(fresh),
-                            fresh, with_payload=False),
-            }
+            return Tasked(fresh, result["output"])
         named = [answer["batch_id"], *(o.get("batch_id") for o in result["operations"])]
         if any(b and self.surface.view.batches.get(b) is None for b in named):
             # Written by admission a moment ago: the view catches up before it is read.
             await self.surface.view.sync()
         batch_id = self._own_batch(session, answer["batch_id"], result["operations"])
         batch = self.surface.view.batches.get(batch_id) if batch_id else None
-        if tasked and batch is not None and name != CONFIRM_TOOL:
-            facts = self.tasks.facts(session, batch)
-            return {
-                "resultType": "task",
-                **wire_task(task_id(session.token_hash, batch.batch_id), task_view(facts),
-                            facts, with_payload=False),
-            }
+        if tasked_result and batch is not None:
+            return Tasked(self.tasks.facts(session, batch), result["output"])
         refused = bool(result["operations"]) and all(
             o["status"] == "rejected" for o in result["operations"]
         )
@@ -291,7 +285,7 @@ class McpHandlers:
         """The task's status from its batch's events; a completed one carries its result."""
         self._task_method(ctx, params.task_id)
         session = self._session(ctx)
-        batch = await self._batch(session, params.task_id)
+        batch = await self.batch_for(session, params.task_id)
         facts = self.tasks.facts(session, batch)
         view = task_view(facts)
         if view.status == "completed" and batch.final_delivery_id is not None:
@@ -306,7 +300,7 @@ class McpHandlers:
         tool's path, so a repeated answer admits nothing)."""
         self._task_method(ctx, params.task_id)
         session = self._session(ctx)
-        batch = await self._batch(session, params.task_id)
+        batch = await self.batch_for(session, params.task_id)
         facts = self.tasks.facts(session, batch)
         waiting = {confirm_key(m.operation_id): m for m in facts.members
                    if m.status == "awaiting_confirmation"}
@@ -353,13 +347,21 @@ class McpHandlers:
         cancelled; a member already committed stays so, and the result says it)."""
         self._task_method(ctx, params.task_id)
         session = self._session(ctx)
-        batch = await self._batch(session, params.task_id)
+        batch = await self.batch_for(session, params.task_id)
         facts = self.tasks.facts(session, batch)
         if task_view(facts).status == "completed":
             raise MCPError(
                 code=INVALID_PARAMS,
                 message=f"Task {params.task_id} is already completed; nothing to cancel",
             )
+        await self.cancel_batch(session, batch, facts)
+        return {"resultType": "complete"}
+
+    async def cancel_batch(
+        self, session: SessionState, batch: BatchState, facts: TaskFacts
+    ) -> None:
+        """Request the business cancel of every member still running; a member awaiting
+        confirmation is declined (the user's no). Whatever is committed stays committed."""
         started = self._started()
         ctx_turn = TurnContext(
             session_id=session.session_id, turn_id=batch.turn_id or "mcp",
@@ -385,7 +387,6 @@ class McpHandlers:
             except (BadCalls, StillAnswering) as exc:
                 raise MCPError(code=INVALID_PARAMS, message=str(exc)) from None
         await self.surface.view.sync()
-        return {"resultType": "complete"}
 
 
 _SETTLED = frozenset({"committed", "failed_final", "cancelled", "rejected", "cancel_requested"})

@@ -21,8 +21,10 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from .auth import McpAuth, Refused
-from .handlers import SESSION_KEY, McpHandlers, TaskParams, UpdateParams
+from .handlers import SESSION_KEY, McpHandlers
+from .legacy import LegacyTasks
 from .listen import ToolsListener
+from .params import TaskParams, UpdateParams
 from .tasks import TASKS_EXTENSION
 
 log = logging.getLogger(__name__)
@@ -31,7 +33,8 @@ PATH = "/mcp"
 
 
 def build_server(handlers: McpHandlers, version: str) -> Server[Any]:
-    """The low-level MCP server: tools and the tasks extension's three methods."""
+    """The low-level MCP server: tools, the tasks extension's three methods, and (in front
+    of the SDK's dispatch, on a 2025-11-25 connection) that version's tasks API."""
     server: Server[Any] = Server(
         "holdline",
         version=version,
@@ -47,6 +50,7 @@ def build_server(handlers: McpHandlers, version: str) -> Server[Any]:
     server.add_request_handler("tasks/update", UpdateParams, handlers.update)
     server.add_request_handler("tasks/cancel", TaskParams, handlers.cancel)
     server.extensions[TASKS_EXTENSION] = {}
+    server.middleware.append(LegacyTasks(handlers))
     return server
 
 
@@ -126,7 +130,9 @@ MCP_OPERATION: dict[str, Any] = {
     "description": (
         "holdline as an MCP server (docs/guides/mcp.md): `tools/list`, `tools/call` (a task "
         "when the client advertises io.modelcontextprotocol/tasks), `tasks/get`, "
-        "`tasks/update`, `tasks/cancel`. Authenticated by a session's bearer token or "
+        "`tasks/update`, `tasks/cancel`; on a 2025-11-25 connection a `tools/call` with "
+        "`task` is a task too, with `tasks/get`, `tasks/result`, `tasks/list`, "
+        "`tasks/cancel`. Authenticated by a session's bearer token or "
         "X-Holdline-User/X-Holdline-Tenant (+ X-Api-Key); errors are JSON-RPC errors."
     ),
     "requestBody": {

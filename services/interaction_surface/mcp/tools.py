@@ -2,8 +2,10 @@
 
 The same definitions as the Agent API's `GET /tools?format=json-schema` (`agent/
 tool_formats.py`), with `inputSchema`, plus the built-in `holdline_pending`. On a 2025-11-25
-connection every tool also says `execution.taskSupport = "optional"`; on the modern
-protocol a call is tasked whenever the client advertises the tasks extension.
+connection every tool also says `execution.taskSupport = "optional"` (but `holdline_pending`
+and `confirm_operation`, which answer at once: absent, so forbidden; `legacy.py` serves the
+tasks); on the modern protocol a call is tasked whenever the client advertises the tasks
+extension.
 """
 
 from __future__ import annotations
@@ -12,10 +14,12 @@ from typing import Any
 
 from libs.tools import ToolRegistry
 
-from ..agent.tool_formats import definitions, offered
+from ..agent.tool_formats import CONFIRM_TOOL, definitions, offered
 from .tasks import PENDING_TOOL
 
 TASK_SUPPORT_VERSIONS = frozenset({"2025-11-25"})
+# Tools that answer at once, never as a task.
+_UNTASKED = frozenset({PENDING_TOOL, CONFIRM_TOOL})
 
 PENDING_SPEC: dict[str, Any] = {
     "name": PENDING_TOOL,
@@ -38,7 +42,7 @@ def listed(registry: ToolRegistry, agent: str, protocol_version: str) -> list[di
             "description": spec["description"],
             "inputSchema": spec["parameters"],
         }
-        if protocol_version in TASK_SUPPORT_VERSIONS and spec["name"] != PENDING_TOOL:
+        if protocol_version in TASK_SUPPORT_VERSIONS and spec["name"] not in _UNTASKED:
             tool["execution"] = {"taskSupport": "optional"}
         tools.append(tool)
     return tools
