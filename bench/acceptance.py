@@ -5,9 +5,10 @@ localhost ports and measures three things, each turn a batch ("give me access to
 c", distinct names per turn, so three operations admitted):
 
 - single: one session, sequential turns with a small gap; the unloaded floor.
-- paced (open loop): N sessions, each sending a turn every P seconds with ±jitter, like a
-  person. The latency of a turn runs from its *scheduled* send time, so a turn held back by
-  its session's previous one still counts the wait (no coordinated omission).
+- paced (open loop, `bench.load.paced`): N sessions, each sending a turn every P seconds
+  with ±jitter, like a person. The latency of a turn runs from its *scheduled* send time, so
+  a turn held back by its session's previous one still counts the wait (no coordinated
+  omission).
 - closed loop (`runs`): N sessions sending turns back to back; it saturates the machine and
   shows capacity (turns/s), its latency is mostly queueing.
 
@@ -21,24 +22,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import re
 import resource
-import tempfile
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from bench.common import cpu_seconds, machine, percentiles_ms
-from testkit.processes import Broker
-from testkit.surface import SurfaceStack
+from bench.common import cpu_seconds, percentiles_ms
+from bench.load import Pace, paced, running_stack, sequential, write_results
 
 RESULTS = Path(__file__).parent / "results" / "acceptance.json"
 _SAMPLE = re.compile(
@@ -101,36 +97,6 @@ class _Session:
         if len(answer["operations"]) != self._accesses:
             raise AssertionError(f"a batch turn admitted {answer['operations']}")
         return answer
-
-
-async def _closed(session: _Session, turns: int, out: list[float]) -> None:
-    """Back to back: the next turn leaves as soon as the previous one is answered."""
-    for _ in range(turns):
-        started = time.perf_counter()
-        await session.turn()
-        out.append(time.perf_counter() - started)
-
-
-@dataclass(frozen=True, slots=True)
-class Pace:
-    """A person's rhythm: a turn every `period_s`, ± `jitter` of it."""
-
-    turns: int
-    period_s: float
-    jitter: float
-    rng: random.Random
-
-
-async def _paced(session: _Session, pace: Pace, out: list[float]) -> None:
-    """A turn every period ± jitter, timed from when it was due, not from when it left."""
-    due = time.perf_counter() + pace.rng.uniform(0, pace.period_s)
-    for _ in range(pace.turns):
-        delay = due - time.perf_counter()
-        if delay > 0:
-            await asyncio.sleep(delay)
-        await session.turn()
-        out.append(time.perf_counter() - due)
-        due += pace.period_s * pace.rng.uniform(1 - pace.jitter, 1 + pace.jitter)
 
 
 async def _scrape(client: httpx.AsyncClient) -> dict[str, float]:
@@ -231,69 +197,49 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     rng = random.Random(args.seed)  # noqa: S311 - jitter of a load generator, not a secret
-    with tempfile.TemporaryDirectory(prefix="holdline-bench-") as tmp:
-        root = Path(tmp)
-        broker = Broker(store=root / "nats")
-        broker.start()
-        stack = SurfaceStack(
-            nats_url=broker.url, prefix=f"bench{uuid.uuid4().hex[:6]}", logs=root,
-            env={"HOLDLINE_LOG_LEVEL": "WARNING"},
-            surface_env={"HOLDLINE_TURN_PHASES": "1"},
+    with running_stack(
+        env={"HOLDLINE_LOG_LEVEL": "WARNING"}, surface_env={"HOLDLINE_TURN_PHASES": "1"}
+    ) as (stack, broker):
+        pids = {name: p.proc.pid for name, p in stack.procs.items() if p.proc is not None}
+        if broker.proc is not None:
+            pids["nats_server"] = broker.proc.pid
+
+        async def single_turns(s: _Session, out: list[float]) -> None:
+            await sequential(s.turn, args.single_turns, out, gap_s=args.gap)
+
+        single = (
+            asyncio.run(_measure(stack.url, pids, 1, single_turns))
+            if args.single_turns > 0 else None
         )
-        try:
-            stack.start()
-            pids = {name: p.proc.pid for name, p in stack.procs.items() if p.proc is not None}
-            if broker.proc is not None:
-                pids["nats_server"] = broker.proc.pid
-
-            async def single_turns(s: _Session, out: list[float]) -> None:
-                for _ in range(args.single_turns):
-                    await _closed(s, 1, out)
-                    await asyncio.sleep(args.gap)
-
-            single = (
-                asyncio.run(_measure(stack.url, pids, 1, single_turns))
-                if args.single_turns > 0 else None
-            )
-            paced = [
-                {
-                    **asyncio.run(_measure(
-                        stack.url, pids, n,
-                        lambda s, out: _paced(
-                            s, Pace(args.paced_turns, args.period, args.jitter, rng), out
-                        ),
-                    )),
-                    "period_s": args.period,
-                    "jitter": args.jitter,
-                }
-                for n in args.paced_sessions
-            ]
-            runs = [
-                {
-                    **asyncio.run(_measure(
-                        stack.url, pids, n, lambda s, out: _closed(s, args.turns, out)
-                    )),
-                    "turns_per_session": args.turns,
-                }
-                for n in args.sessions
-            ]
-        finally:
-            stack.stop()
-            broker.stop()
-    result = {
-        "benchmark": "acceptance",
-        "what": "POST /v1/sessions/{id}/turns round trip (request → acceptance), mock model",
-        "at": datetime.now(UTC).isoformat(),
-        "machine": machine(),
-        "single": single,
-        "paced": paced,
-        "runs": runs,
-        "target": "p99 <= 20 ms at 50 sessions on a 2-core machine",
-    }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-
+        paced_runs = [
+            {
+                **asyncio.run(_measure(
+                    stack.url, pids, n,
+                    lambda s, out: paced(
+                        s.turn, Pace(args.paced_turns, args.period, args.jitter, rng), out
+                    ),
+                )),
+                "period_s": args.period,
+                "jitter": args.jitter,
+            }
+            for n in args.paced_sessions
+        ]
+        runs = [
+            {
+                **asyncio.run(_measure(
+                    stack.url, pids, n, lambda s, out: sequential(s.turn, args.turns, out)
+                )),
+                "turns_per_session": args.turns,
+            }
+            for n in args.sessions
+        ]
+    write_results(
+        RESULTS,
+        "acceptance",
+        "POST /v1/sessions/{id}/turns round trip (request → acceptance), mock model",
+        {"single": single, "paced": paced_runs, "runs": runs},
+        "p99 <= 20 ms at 50 sessions on a 2-core machine",
+    )
 
 if __name__ == "__main__":
     main()

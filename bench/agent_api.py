@@ -25,22 +25,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import random
-import tempfile
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from bench.acceptance import _phases, _scrape
-from bench.common import machine, percentiles_ms
+from bench.common import percentiles_ms
+from bench.load import Pace, paced, running_stack, sequential, write_results
 from holdline.client import AgentStream, HoldlineClient, SessionClient, ToolCall
-from testkit.processes import Broker
-from testkit.surface import SurfaceStack
 
 RESULTS = Path(__file__).parent / "results" / "agent_api.json"
 
@@ -68,16 +65,14 @@ class Agent:
             self._progress.set()
             await self.stream.ack(say.delivery_id, "spoken")
 
-    async def call(self) -> float:
-        """One request; its round trip in seconds."""
+    async def call(self) -> None:
+        """One request (one operation, one batch, one closing expected)."""
         name = f"b{uuid.uuid4().hex[:12]}"
-        started = time.perf_counter()
         await self.session.tool_calls(
             [ToolCall(tool_call_id=f"c-{name}", name="provision_access",
                       arguments={"accesses": [name]})]
         )
         self.expected += 1
-        return time.perf_counter() - started
 
     async def drained(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s
@@ -138,20 +133,11 @@ async def _run(
         started = time.perf_counter()
 
         async def drive(agent: Agent) -> None:
-            if mode != "paced":
-                for _ in range(calls):
-                    latencies.append(await agent.call())
-                    if mode == "single":
-                        await asyncio.sleep(0.1)
-                return
-            loop = asyncio.get_running_loop()
-            first = loop.time() + rng.uniform(0, period)
-            for index in range(calls):
-                scheduled = first + (index + rng.uniform(-jitter, jitter)) * period
-                await asyncio.sleep(max(0.0, scheduled - loop.time()))
-                await agent.call()
-                # From the scheduled send: a request held back by the previous one counts.
-                latencies.append(loop.time() - scheduled)
+            if mode == "paced":
+                await paced(agent.call, Pace(calls, period, jitter, rng), latencies)
+            else:
+                gap_s = 0.1 if mode == "single" else 0.0
+                await sequential(agent.call, calls, latencies, gap_s=gap_s)
 
         await asyncio.gather(*(drive(a) for a in agents))
         elapsed = time.perf_counter() - started
@@ -193,43 +179,24 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
     rng = random.Random(args.seed)  # noqa: S311 - jitter of a load generator, not a secret
-    with tempfile.TemporaryDirectory(prefix="holdline-bench-") as tmp:
-        root = Path(tmp)
-        broker = Broker(store=root / "nats")
-        broker.start()
-        stack = SurfaceStack(
-            nats_url=broker.url, prefix=f"bench{uuid.uuid4().hex[:6]}", logs=root,
-            env={"HOLDLINE_LOG_LEVEL": "WARNING", "HOLDLINE_DELIVERY_WINDOW_MS": "30000"},
-            surface_env={"HOLDLINE_RATE_SESSION": "1000/1000", "HOLDLINE_TURN_PHASES": "1"},
+    with running_stack(
+        env={"HOLDLINE_LOG_LEVEL": "WARNING", "HOLDLINE_DELIVERY_WINDOW_MS": "30000"},
+        surface_env={"HOLDLINE_RATE_SESSION": "1000/1000", "HOLDLINE_TURN_PHASES": "1"},
+    ) as (stack, _broker):
+        single = asyncio.run(_run(stack.url, 1, "single", args.single_calls))
+        paced_run = asyncio.run(
+            _run(stack.url, args.sessions, "paced", args.paced_calls, period=args.period,
+                 jitter=args.jitter, rng=rng)
         )
-        try:
-            stack.start()
-            single = asyncio.run(_run(stack.url, 1, "single", args.single_calls))
-            paced = asyncio.run(
-                _run(stack.url, args.sessions, "paced", args.paced_calls, period=args.period,
-                     jitter=args.jitter, rng=rng)
-            )
-            closed = asyncio.run(_run(stack.url, args.sessions, "closed", args.closed_calls))
-        finally:
-            stack.stop()
-            broker.stop()
-    result = {
-        "benchmark": "agent_api",
-        "what": (
-            "POST /v1/sessions/{id}/tool-calls round trip with holdline.client (one operation "
-            "per request), and last operation.committed → delivery.say read by the agent"
-        ),
-        "at": datetime.now(UTC).isoformat(),
-        "machine": machine(),
-        "single": single,
-        "paced": paced,
-        "closed": closed,
-        "target": "tool-call p99 <= 20 ms at 50 sessions on a 2-core machine",
-    }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-
+        closed = asyncio.run(_run(stack.url, args.sessions, "closed", args.closed_calls))
+    write_results(
+        RESULTS,
+        "agent_api",
+        "POST /v1/sessions/{id}/tool-calls round trip with holdline.client (one operation "
+        "per request), and last operation.committed → delivery.say read by the agent",
+        {"single": single, "paced": paced_run, "closed": closed},
+        "tool-call p99 <= 20 ms at 50 sessions on a 2-core machine",
+    )
 
 if __name__ == "__main__":
     main()

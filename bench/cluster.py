@@ -32,8 +32,9 @@ from typing import Any
 
 import httpx
 
-from bench.acceptance import Pace, _measure, _paced
+from bench.acceptance import _measure
 from bench.common import machine, percentiles_ms
+from bench.load import Pace, paced
 from bench.ops import run_round
 from libs.bus import Context, Topology
 from libs.config import BusSettings
@@ -81,7 +82,7 @@ def _measure_topology(stack: SurfaceStack, replicas: int, args: argparse.Namespa
     load_before = os.getloadavg()[0]
     acceptance = asyncio.run(_measure(
         stack.url, pids, args.sessions,
-        lambda s, out: _paced(s, Pace(args.turns, args.period, 0.3, rng), out),
+        lambda s, out: paced(s.turn, Pace(args.turns, args.period, 0.3, rng), out),
     ))
     ops = asyncio.run(_throughput(stack, replicas, args.operations, args.op_sessions))
     return {

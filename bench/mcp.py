@@ -23,14 +23,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import random
-import tempfile
 import time
 import uuid
 from contextlib import AsyncExitStack
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -41,9 +39,8 @@ from fastmcp_tasks.client import TasksClientExtension
 from fastmcp_tasks.client_models import ClientGetTaskResult, GetTaskRequest, GetTaskRequestParams
 from mcp.client.streamable_http import streamable_http_client
 
-from bench.common import machine, percentiles_ms
-from testkit.processes import Broker
-from testkit.surface import SurfaceStack
+from bench.common import percentiles_ms
+from bench.load import Pace, paced, running_stack, sequential, write_results
 
 RESULTS = Path(__file__).parent / "results" / "mcp.json"
 POLL_S = {"single": 0.02, "paced": 0.25, "sparse": 2.0}
@@ -70,18 +67,15 @@ class McpSession:
             mcp.Client(transport, extensions=[TasksClientExtension()])
         )
 
-    async def call(self) -> float:
-        """One tasked call; seconds until the task was created. Its poll starts."""
+    async def call(self) -> None:
+        """One tasked call, answered once the task is created; its poll starts."""
         assert self.client is not None
         name = f"b{uuid.uuid4().hex[:12]}"
-        started = time.perf_counter()
         created = await self.client.session.call_tool(
             "provision_access", {"accesses": [name]}, allow_claimed=True
         )
-        took = time.perf_counter() - started
         task_id = str(created.task_id)  # type: ignore[union-attr]
         self.polls.append(asyncio.create_task(self._poll(task_id)))
-        return took
 
     async def _poll(self, task_id: str) -> None:
         assert self.client is not None
@@ -127,17 +121,9 @@ async def _run(
 
         async def drive(peer: McpSession) -> None:
             if mode == "single":
-                for _ in range(calls):
-                    latencies.append(await peer.call())
-                    await asyncio.sleep(0.1)
-                return
-            loop = asyncio.get_running_loop()
-            first = loop.time() + rng.uniform(0, period)
-            for index in range(calls):
-                scheduled = first + (index + rng.uniform(-jitter, jitter)) * period
-                await asyncio.sleep(max(0.0, scheduled - loop.time()))
-                await peer.call()
-                latencies.append(loop.time() - scheduled)
+                await sequential(peer.call, calls, latencies, gap_s=0.1)
+            else:
+                await paced(peer.call, Pace(calls, period, jitter, rng), latencies)
 
         await asyncio.gather(*(drive(p) for p in peers))
         elapsed = time.perf_counter() - started
@@ -173,47 +159,32 @@ def main() -> None:
     rng = random.Random(args.seed)  # noqa: S311 - jitter of a load generator, not a secret
     # The host's load when the run began: on a shared VM, what else competed for the cores.
     load = [round(v, 2) for v in os.getloadavg()]
-    with tempfile.TemporaryDirectory(prefix="holdline-bench-") as tmp:
-        root = Path(tmp)
-        broker = Broker(store=root / "nats")
-        broker.start()
-        stack = SurfaceStack(
-            nats_url=broker.url, prefix=f"bench{uuid.uuid4().hex[:6]}", logs=root,
-            env={"HOLDLINE_LOG_LEVEL": "WARNING", "HOLDLINE_DELIVERY_WINDOW_MS": "30000"},
-            surface_env={"HOLDLINE_RATE_SESSION": "1000/1000"},
+    with running_stack(
+        env={"HOLDLINE_LOG_LEVEL": "WARNING", "HOLDLINE_DELIVERY_WINDOW_MS": "30000"},
+        surface_env={"HOLDLINE_RATE_SESSION": "1000/1000"},
+    ) as (stack, _broker):
+        single = asyncio.run(_run(stack.url, 1, "single", args.single_calls))
+        paced_run = asyncio.run(
+            _run(stack.url, args.sessions, "paced", args.paced_calls, period=args.period,
+                 jitter=args.jitter, rng=rng)
         )
-        try:
-            stack.start()
-            single = asyncio.run(_run(stack.url, 1, "single", args.single_calls))
-            paced = asyncio.run(
-                _run(stack.url, args.sessions, "paced", args.paced_calls, period=args.period,
-                     jitter=args.jitter, rng=rng)
-            )
-            sparse = asyncio.run(
-                _run(stack.url, args.sessions, "sparse", args.paced_calls, period=args.period,
-                     jitter=args.jitter, rng=rng)
-            )
-        finally:
-            stack.stop()
-            broker.stop()
-    result = {
-        "benchmark": "mcp",
-        "what": (
-            "/mcp tools/call → CreateTaskResult with the mcp SDK's client (one operation per "
-            "call), and last operation.committed → the first tasks/get that reads completed"
-        ),
-        "at": datetime.now(UTC).isoformat(),
-        "machine": machine(),
-        "load_average_at_start": load,
-        "single": single,
-        "paced": paced,
-        "paced_sparse_polls": sparse,
-        "target": "task created p99 <= 25 ms at 50 paced sessions on a 2-core machine",
-    }
-    RESULTS.parent.mkdir(exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-
+        sparse = asyncio.run(
+            _run(stack.url, args.sessions, "sparse", args.paced_calls, period=args.period,
+                 jitter=args.jitter, rng=rng)
+        )
+    write_results(
+        RESULTS,
+        "mcp",
+        "/mcp tools/call → CreateTaskResult with the mcp SDK's client (one operation per "
+        "call), and last operation.committed → the first tasks/get that reads completed",
+        {
+            "load_average_at_start": load,
+            "single": single,
+            "paced": paced_run,
+            "paced_sparse_polls": sparse,
+        },
+        "task created p99 <= 25 ms at 50 paced sessions on a 2-core machine",
+    )
 
 if __name__ == "__main__":
     main()

@@ -51,7 +51,8 @@ from typing import Any
 
 import httpx
 
-from bench.acceptance import Pace, _paced, _Session
+from bench import load
+from bench.acceptance import _Session
 from bench.common import cpu_seconds, machine, percentiles_ms, wakeups
 from bench.ops import raw_publish_rate
 from libs.config import BusSettings
@@ -272,10 +273,8 @@ async def _run(
                 latencies.append(time.monotonic() - started)
         else:
             period = plan.period_s
-            await asyncio.gather(*(
-                _paced(s, Pace(plan.turns_per_session, period, plan.jitter, rng), latencies)
-                for s in sessions
-            ))
+            pace = load.Pace(plan.turns_per_session, period, plan.jitter, rng)
+            await asyncio.gather(*(load.paced(s.turn, pace, latencies) for s in sessions))
         took = time.monotonic() - began
         await asyncio.sleep(SETTLE_S)
         after = _mark(monitor, pids)

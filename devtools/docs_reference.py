@@ -205,11 +205,11 @@ SECTIONS: tuple[Section, ...] = (
     ),
     Section(
         "Supervisor",
-        "`holdline run` (`libs/supervisor.py`).",
+        "`holdline run` (`libs/supervisor.py`; what it runs: `libs/process_table.py`).",
         (
             Reader("libs/supervisor.py", "main"),
             Reader("libs/supervisor.py", "Supervisor.__init__"),
-            Reader("libs/supervisor.py", "broker_environ"),
+            Reader("libs/process_table.py", "broker_environ"),
         ),
     ),
 )

@@ -222,6 +222,20 @@ class Runtime:
         return True, "ok"
 
 
+@dataclass
+class RebuildingRuntime(Runtime):
+    """A runtime whose service folds the streams into projections at start: ready only once
+    its start-up set `rebuilt` (the batch-coordinator, the delivery-policy)."""
+
+    rebuilt: asyncio.Event = field(default_factory=asyncio.Event)
+
+    async def readiness(self) -> tuple[bool, str]:
+        """Broker, streams and consumers in place, and the projections rebuilt."""
+        if self.declare_problem is None and not self.rebuilt.is_set():
+            return False, "rebuilding projections"
+        return await super().readiness()
+
+
 def _describe(exc: Exception) -> str:
     if isinstance(exc, APIError) and exc.description:
         return f"{exc.description} (JetStream error {exc.err_code})"

@@ -4,7 +4,6 @@ FastAPI app with probes."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 
 from fastapi import FastAPI
 
@@ -12,7 +11,7 @@ from libs.clock import SYSTEM_CLOCK
 from libs.consumers import Consumers
 from libs.models import model_for
 from libs.roles import published_contexts
-from libs.service import Runtime, create_service_app
+from libs.service import RebuildingRuntime, create_service_app
 from libs.tools import default_registry
 
 from .consumers import BATCHES, CONSUMERS, OPERATIONS, PUBLICATIONS
@@ -21,24 +20,12 @@ from .interrupted import InterruptedSweep
 from .settings import SERVICE, Settings
 
 
-@dataclass
-class CoordinatorRuntime(Runtime):
-    """Ready only once the projections were rebuilt from the streams."""
-
-    rebuilt: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def readiness(self) -> tuple[bool, str]:
-        """Broker, streams and consumers in place, and the projections rebuilt."""
-        if self.declare_problem is None and not self.rebuilt.is_set():
-            return False, "rebuilding projections"
-        return await super().readiness()
-
-
 def create_app(settings: Settings | None = None) -> FastAPI:
     """The batch-coordinator service."""
     settings = settings or Settings.from_env()
     # The composition root, in dependency order: runtime → coordinator → its consumers.
-    runtime = CoordinatorRuntime(
+    # Ready only once the projections are rebuilt from the streams (`on_start`).
+    runtime = RebuildingRuntime(
         name=SERVICE, settings=settings.bus, publishes=published_contexts(PUBLICATIONS)
     )
     # Raises DeclarationError (the service does not start) on a bad tool declaration.

@@ -3,32 +3,16 @@ FastAPI app with probes."""
 
 from __future__ import annotations
 
-import asyncio
-from dataclasses import dataclass, field
-
 from fastapi import FastAPI
 
 from libs import metrics
 from libs.consumers import Consumers
 from libs.roles import published_contexts
-from libs.service import Runtime, create_service_app
+from libs.service import RebuildingRuntime, create_service_app
 
 from .consumers import CONSUMERS, DELIVERIES, INTERACTION, OPERATIONS, PUBLICATIONS
 from .handlers import Gate
 from .settings import SERVICE, Settings
-
-
-@dataclass
-class PolicyRuntime(Runtime):
-    """Ready only once the projections were rebuilt and open deliveries re-armed."""
-
-    rebuilt: asyncio.Event = field(default_factory=asyncio.Event)
-
-    async def readiness(self) -> tuple[bool, str]:
-        """Broker, streams and consumers in place, and the projections rebuilt."""
-        if self.declare_problem is None and not self.rebuilt.is_set():
-            return False, "rebuilding projections"
-        return await super().readiness()
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -36,7 +20,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings.from_env()
     metrics.initialise_deliveries()
     # The composition root, in dependency order: runtime → gate → its consumers.
-    runtime = PolicyRuntime(
+    # Ready only once the projections are rebuilt and open deliveries re-armed (`on_start`).
+    runtime = RebuildingRuntime(
         name=SERVICE, settings=settings.bus, publishes=published_contexts(PUBLICATIONS)
     )
     gate = Gate(runtime, settings)

@@ -36,15 +36,10 @@ def add_agent_socket(router: APIRouter, api: AgentApi, sockets: SocketAuth) -> N
 
     @router.websocket("/v1/sessions/{session_id}/agent")
     async def agent(websocket: WebSocket, session_id: str) -> None:
-        try:
-            state = await sockets.session(websocket, session_id)
-            after = _after(websocket.query_params.get("after"))
-        except ProblemError as exc:
-            await deny(websocket, exc.response())
+        admitted = await sockets.admit(websocket, session_id, _after)
+        if admitted is None:
             return
-        except ValueError as exc:
-            await deny(websocket, problem(400, "Bad request", str(exc)))
-            return
+        state, after = admitted
         if state.closed:
             await deny(websocket, problem(409, "Conflict", "the session is closed"))
             return

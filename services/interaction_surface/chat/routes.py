@@ -27,11 +27,10 @@ from libs.domain import SessionState
 from libs.events import AgentHandedOff, SessionClosed, SessionOpened, UserActivity
 from libs.json_response import JSONResponse
 from libs.models.template import NO_MODEL_HINT
-from libs.problems import problem
 
 from ..auth import hash_token, new_token
 from ..core.diagnosis import diagnose
-from ..core.http import ProblemError, deny, documented_problems, request_body
+from ..core.http import ProblemError, documented_problems, request_body
 from ..core.session_log import ERASED, decode_cursor
 from ..core.snapshot import build_snapshot, causal_order, timeline_item
 from ..core.sockets import SocketAuth, add_ticket_route
@@ -290,15 +289,10 @@ def _read_routes(router: APIRouter, surface: Surface, sockets: SocketAuth) -> No
 
     @router.websocket("/v1/sessions/{session_id}/stream")
     async def stream(websocket: WebSocket, session_id: str) -> None:
-        try:
-            await sockets.session(websocket, session_id)
-            after = decode_cursor(websocket.query_params.get("after"))
-        except ProblemError as exc:
-            await deny(websocket, exc.response())
+        admitted = await sockets.admit(websocket, session_id, decode_cursor)
+        if admitted is None:
             return
-        except ValueError as exc:
-            await deny(websocket, problem(400, "Bad request", str(exc)))
-            return
+        _state, after = admitted
         await websocket.accept()
         async with sockets.until_expiry(websocket, session_id):
             await SessionStream(surface.view, websocket, session_id).run(after)

@@ -9,23 +9,31 @@ The next request for it (`Surface.session_for_token`, which every session route 
 goes through) restores it first: every stream's messages of the session are read (by the
 session's subject filter) and folded again, in the order they happened, so its history,
 snapshot and cursor are as before. An event of an evicted session that arrives meanwhile
-(a late retry) is held and folded after the restore, which it starts.
+(a late retry) is held and folded after the restore, which it starts (`EvictedSessions`: the
+ids, the held events and the restores under way, which the view delegates to).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import heapq
 import logging
 import time
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from nats.js import JetStreamContext
 
 from libs.bus import EVENT_CODECS, Context, Topology, read_subject
+from libs.events import Envelope
 
 from .session_log import STREAMS, SessionLog
 
 log = logging.getLogger(__name__)
+
+# One event of a stream as the view folds it: the stream, the envelope, its sequence.
+Held = tuple[Context, Envelope[Any], int]
 
 
 def idle_and_settled(view: Any, found: SessionLog, now: float, idle_s: float) -> bool:
@@ -84,17 +92,17 @@ def evict_idle(view: Any, idle_s: float, now: float | None = None) -> int:
 
 async def read_history(
     js: JetStreamContext, topology: Topology, session_id: str
-) -> list[tuple[Context, Any, int]]:
+) -> list[Held]:
     """Every event of the session in the five streams, merged in the order they happened
     (each stream's own order kept): what the view folds to restore it."""
-    per_stream: list[list[tuple[Context, Any, int]]] = []
+    per_stream: list[list[Held]] = []
     for context in STREAMS:
         replayed = await read_subject(
             js, topology.stream_name(context), topology.session_filter(context, session_id),
             EVENT_CODECS[context],
         )
         per_stream.append([(context, r.envelope, r.stream_seq) for r in replayed.items])
-    merged: list[tuple[Context, Any, int]] = []
+    merged: list[Held] = []
     # A merge by time that never reorders one stream: each stream's head competes.
     heads = [
         (items[0][1].occurred_at, i, 0) for i, items in enumerate(per_stream) if items
@@ -106,3 +114,59 @@ async def read_history(
         if j + 1 < len(per_stream[i]):
             heapq.heappush(heads, (per_stream[i][j + 1][1].occurred_at, i, j + 1))
     return merged
+
+
+class EvictedSessions:
+    """The sessions out of the view's memory: their ids, the events of theirs that arrived
+    since (held until the restore folds them), and the restores under way."""
+
+    def __init__(self) -> None:
+        self.ids: set[str] = set()
+        self._held: dict[str, list[Held]] = {}
+        self._restoring: dict[str, asyncio.Future[None]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.ids)
+
+    def __contains__(self, session_id: object) -> bool:
+        return session_id in self.ids
+
+    def add(self, session_id: str) -> None:
+        """The session left memory."""
+        self.ids.add(session_id)
+
+    def hold(
+        self, held: Held, restore: Callable[[str], Coroutine[Any, Any, None]]
+    ) -> None:
+        """An event of an evicted session: kept for its restore, which it starts if none runs."""
+        session_id = held[1].session_id
+        self._held.setdefault(session_id, []).append(held)
+        if session_id not in self._restoring:
+            with contextlib.suppress(RuntimeError):  # no loop: restored on demand
+                asyncio.get_running_loop().create_task(restore(session_id))
+
+    async def restore(
+        self,
+        session_id: str,
+        history: Callable[[], Awaitable[list[Held]]],
+        apply: Callable[[Context, Envelope[Any], int], None],
+    ) -> None:
+        """Fold the session's `history`, then what was held of it, through `apply`; a no-op
+        for a session in memory. Concurrent callers share one restore."""
+        if session_id not in self.ids:
+            return
+        running = self._restoring.get(session_id)
+        if running is not None:
+            await asyncio.shield(running)
+            return
+        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._restoring[session_id] = done
+        try:
+            found = await history()
+            # No await from here on: nothing of the session arrives in between.
+            self.ids.discard(session_id)
+            for context, env, seq in [*found, *self._held.pop(session_id, [])]:
+                apply(context, env, seq)
+        finally:
+            del self._restoring[session_id]
+            done.set_result(None)

@@ -23,8 +23,8 @@ import contextlib
 import hashlib
 import logging
 import secrets
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from fastapi import APIRouter, Header, WebSocket
 from nats.js.api import KeyValueConfig, StorageType
@@ -33,15 +33,18 @@ from nats.js.kv import KeyValue
 
 from libs.domain import SessionState
 from libs.json_response import JSONResponse
+from libs.problems import problem
 
 from ..auth import bearer
 from ..identity import is_local
-from .http import ProblemError, documented_problems
+from .http import ProblemError, deny, documented_problems
 
 if TYPE_CHECKING:
     from .surface import Surface
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # The close code of a socket whose session token expired (4000 + 401, as a refusal's).
 EXPIRED_CODE = 4401
@@ -135,6 +138,22 @@ class SocketAuth:
                 slug="token-in-url",
             )
         return await self.surface.session_for_token(session_id, token)
+
+    async def admit(
+        self, websocket: WebSocket, session_id: str, after: Callable[[str | None], T]
+    ) -> tuple[SessionState, T] | None:
+        """The session a socket may open and its `?after=` cursor (read by `after`); None
+        once the socket was denied (a refused credential as its problem, a bad cursor 400)."""
+        try:
+            state = await self.session(websocket, session_id)
+            cursor = after(websocket.query_params.get("after"))
+        except ProblemError as exc:
+            await deny(websocket, exc.response())
+            return None
+        except ValueError as exc:
+            await deny(websocket, problem(400, "Bad request", str(exc)))
+            return None
+        return state, cursor
 
     @contextlib.asynccontextmanager
     async def until_expiry(self, websocket: WebSocket, session_id: str) -> AsyncIterator[None]:

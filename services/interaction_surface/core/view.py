@@ -51,7 +51,7 @@ from libs.events import (
 )
 from libs.tools.labels import label_of
 
-from .eviction import read_history
+from .eviction import EvictedSessions, read_history
 from .session_log import (
     ERASED,
     STREAM_INDEX,
@@ -111,11 +111,8 @@ class SurfaceView:
         # Other folds of the operations stream in this process (admission's `LoadView`):
         # fed from this view's follower, so the stream is delivered and decoded once.
         self.operation_feeds: list[Callable[[Envelope[Any], int], None]] = []
-        # Sessions evicted from memory (core/eviction.py), their events held until restored,
-        # and the restores under way.
-        self.evicted: set[str] = set()
-        self._parked: dict[str, list[tuple[Context, Envelope[Any], int]]] = {}
-        self._restoring: dict[str, asyncio.Future[None]] = {}
+        # Sessions evicted from memory (core/eviction.py), their events held until restored.
+        self.evicted = EvictedSessions()
 
     # ------------------------------------------------------------------ reads
 
@@ -217,7 +214,7 @@ class SurfaceView:
     def apply(self, context: Context, env: Envelope[Any], seq: int) -> None:
         """Fold one event into the projections and the session's log, then notify."""
         if self.evicted and env.session_id in self.evicted:
-            self._park(context, env, seq)
+            self.evicted.hold((context, env, seq), self.restore)
             return
         found = self._log_for(env.session_id)
         found.touched = time.monotonic()
@@ -291,34 +288,15 @@ class SurfaceView:
         found.turn_channels.clear()
         found.replies.clear()
 
-    # ------------------------------------------------------------------ eviction
-
-    def _park(self, context: Context, env: Envelope[Any], seq: int) -> None:
-        self._parked.setdefault(env.session_id, []).append((context, env, seq))
-        if env.session_id not in self._restoring:
-            with contextlib.suppress(RuntimeError):  # no loop: restored on demand
-                asyncio.get_running_loop().create_task(self.restore(env.session_id))
-
     async def restore(self, session_id: str) -> None:
         """Bring an evicted session back from the streams (core/eviction.py); a no-op for a
         session in memory. Concurrent callers share one restore."""
-        if session_id not in self.evicted or self._js is None or self._topology is None:
+        if self._js is None or self._topology is None:
             return
-        running = self._restoring.get(session_id)
-        if running is not None:
-            await asyncio.shield(running)
-            return
-        done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._restoring[session_id] = done
-        try:
-            history = await read_history(self._js, self._topology, session_id)
-            # No await from here on: nothing of the session arrives in between.
-            self.evicted.discard(session_id)
-            for context, env, seq in [*history, *self._parked.pop(session_id, [])]:
-                self.apply(context, env, seq)
-        finally:
-            del self._restoring[session_id]
-            done.set_result(None)
+        js, topology = self._js, self._topology
+        await self.evicted.restore(
+            session_id, lambda: read_history(js, topology, session_id), self.apply
+        )
 
     def receive(self, context: Context, env: Envelope[Any], seq: int) -> None:
         """One event of a stream, in order: folded (`apply`), and the stream applied up to it

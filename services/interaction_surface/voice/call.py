@@ -109,11 +109,13 @@ class Call:
             not_a_turn=self._cancelled_turns.clear,
         )
         # A request heard with doubt, waiting for the caller's yes or no.
-        self._doubt = Doubt(self.connection_id, ports.stt, ports.floor, record=self.interaction)
+        self._doubt = Doubt(
+            self.connection_id, ports.stt, ports.floor, record=self.interaction, start=self._start
+        )
         self._keypad = Keypad(
             self.connection_id, self.session_id, pause_ms=ports.dtmf_pause_ms,
             awaiting_confirmation=ports.awaiting_confirmation,
-            doubt_pending=self._doubt.pending, answer_doubt=self._answer_doubt,
+            doubt_pending=self._doubt.pending, answer_doubt=self._doubt.on_answer,
             run_turn=self._run_turn,
         )
         self.held_since: float | None = None
@@ -238,27 +240,16 @@ class Call:
             case tt.AwaitFalseInterruption():
                 self._cut.await_verdict()
             case tt.AnswerDoubt(yes=yes):
-                self._answer_doubt(yes)
+                self._doubt.on_answer(yes)
             case tt.DropDoubt():
                 self._doubt.drop()
             case tt.RunTurn() | tt.SayLine():
                 self._start(action)
 
-    def _answer_doubt(self, yes: bool) -> None:
-        """The caller's yes/no to "did you say ...?": the request runs as heard, or not."""
-        for action in self._doubt.answer(yes):
-            self._start(action)
-
     def ask_again(self) -> None:
-        """The session's unanswered "did you say ...?" (an earlier call dropped): asked
-        again, and the caller's yes or no answers it."""
-        pending = self.session.pending_hearing
-        for action in tt.ask_again(
-            pending.question if pending else None, connection_id=self.connection_id
-        ):
-            assert pending is not None
-            self._doubt.restore(pending)
-            self._start(action)
+        """The session's unanswered "did you say ...?" (an earlier call dropped), asked again
+        (`Doubt.ask_again`)."""
+        self._doubt.ask_again(self.session.pending_hearing)
 
     def _start(self, action: tt.RunTurn | tt.SayLine) -> None:
         """A turn, or a fixed line, runs in the background."""

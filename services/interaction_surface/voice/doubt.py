@@ -5,7 +5,8 @@ words (`floor.doubtful_values`) are held and the caller is asked "did you say ..
 (`floor.question`); the answer, spoken or keyed, runs the request as heard or says that
 nothing was done (`turn_taking.answer_doubt`). The question is an event of the session
 (`hearing.asked`, then `hearing.settled`): when the call drops before the answer, the
-session's next call asks it again (`turn_taking.ask_again`).
+session's next call asks it again (`turn_taking.ask_again`). What an answer or a question
+asked again starts (a turn, a fixed line) the call runs (`start`).
 """
 
 from __future__ import annotations
@@ -31,10 +32,13 @@ class Doubt:
         stt: SpeechToText | None,
         floor: FloorConfig,
         record: Callable[..., None] = lambda event, **ids: None,
+        start: Callable[[tt.RunTurn | tt.SayLine], None] = lambda action: None,
     ) -> None:
         self._connection_id = connection_id
         # Records an interaction event of the call's session (ids as keyword arguments).
         self._record = record
+        # Runs a turn or a fixed line on the call, in the background.
+        self._start = start
         self._stt = stt
         self._floor = floor
         self._held: str | None = None
@@ -96,3 +100,18 @@ class Doubt:
         return tt.answer_doubt(
             held, yes, connection_id=self._connection_id, answered=self._answered
         )
+
+    def on_answer(self, yes: bool) -> None:
+        """The caller's yes/no, spoken or keyed: what it decides starts on the call."""
+        for action in self.answer(yes):
+            self._start(action)
+
+    def ask_again(self, pending: PendingHearing | None) -> None:
+        """The session's unanswered "did you say ...?" (an earlier call dropped): held again
+        as recorded and asked again, so the caller's yes or no answers it."""
+        for action in tt.ask_again(
+            pending.question if pending else None, connection_id=self._connection_id
+        ):
+            assert pending is not None
+            self.restore(pending)
+            self._start(action)

@@ -15,36 +15,19 @@ import pytest
 
 from holdline.client import HoldlineClient, ToolCall
 from testkit.mcp_desk import read_ledger
-from testkit.mcp_stack import http_file
-from testkit.processes import Broker, ServiceProcess, free_port
+from testkit.processes import Broker, ServiceProcess
 from testkit.surface import SurfaceStack, eventually, running_stack
 
 
 @pytest.fixture(scope="module")
-def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    """The desk's process (not started: the stack starts without it)."""
-    logs = tmp_path_factory.mktemp("mcp_desk")
-    port = free_port()
-    server = ServiceProcess(
-        "mcp_desk",
-        {"MCP_DESK_PORT": str(port), "MCP_DESK_LEDGER": str(logs / "ledger.jsonl")},
-        port,
-        logs / "desk.log",
-        module="testkit.mcp_desk",
-    )
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def stack(
-    broker: Broker, desk: ServiceProcess, tmp_path_factory: pytest.TempPathFactory
+    broker: Broker, desk_tools: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SurfaceStack]:
-    """Every service as a process, importing the desk's tools from a file."""
+    """Every service as a process, importing the desk's tools from a file; the desk (its
+    process: conftest.py) is down when they start."""
     logs = tmp_path_factory.mktemp("mcp_stack")
-    tools = logs / "tools.toml"
-    tools.write_text(http_file(f"{desk.base_url}/mcp"))
-    with running_stack(broker.url, logs, "mcp", env={"HOLDLINE_TOOLS_FILE": str(tools)}) as running:
+    env = {"HOLDLINE_TOOLS_FILE": str(desk_tools)}
+    with running_stack(broker.url, logs, "mcp", env=env) as running:
         yield running
 
 

@@ -14,37 +14,20 @@ import httpx
 import pytest
 
 from testkit.mcp_desk import read_ledger
-from testkit.mcp_stack import http_file
-from testkit.processes import Broker, ServiceProcess, free_port
+from testkit.processes import Broker, ServiceProcess
 from testkit.surface import SurfaceStack, eventually, open_chat, running_stack
 
 
 @pytest.fixture(scope="module")
-def desk(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServiceProcess]:
-    """The desk's process, up before the services."""
-    logs = tmp_path_factory.mktemp("mcp_chat_desk")
-    port = free_port()
-    server = ServiceProcess(
-        "mcp_desk",
-        {"MCP_DESK_PORT": str(port), "MCP_DESK_LEDGER": str(logs / "ledger.jsonl")},
-        port,
-        logs / "desk.log",
-        module="testkit.mcp_desk",
-    )
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture(scope="module")
 def stack(
-    broker: Broker, desk: ServiceProcess, tmp_path_factory: pytest.TempPathFactory
+    broker: Broker, desk: ServiceProcess, desk_tools: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[SurfaceStack]:
-    """Every service as a process in demo mode (the scripted model), with the desk's tools."""
+    """The desk up first (its process: conftest.py), then every service as a process in
+    demo mode (the scripted model), with the desk's tools."""
+    desk.start()
     logs = tmp_path_factory.mktemp("mcp_chat_stack")
-    tools = logs / "tools.toml"
-    tools.write_text(http_file(f"{desk.base_url}/mcp"))
-    env = {"HOLDLINE_TOOLS_FILE": str(tools), "HOLDLINE_DEMO": "1"}
+    env = {"HOLDLINE_TOOLS_FILE": str(desk_tools), "HOLDLINE_DEMO": "1"}
     with running_stack(broker.url, logs, "mcpchat", env=env) as running:
         yield running
 

@@ -6,7 +6,7 @@ and every manifest is validated against the Kubernetes JSON schemas shipped insi
 schema cannot see: every service has probes on /readyz and /healthz, resources, a locked-down
 security context, a Service and a PodDisruptionBudget; the worker autoscales; the stateful
 services run one partition per pod, N = replicas, over subjects the broker leaves as published;
-ports and names agree with libs/supervisor.py, the single list of services.
+ports and names agree with libs/process_table.py (SERVICES), the single list of services.
 """
 
 from __future__ import annotations
