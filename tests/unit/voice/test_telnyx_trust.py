@@ -42,31 +42,33 @@ def sdk_accepts(body: bytes, headers: dict[str, str], public_key: str = PUBLIC) 
     return True
 
 
-NOW = str(int(time.time()))
-CASES: dict[str, tuple[bytes, dict[str, str], bool]] = {
-    "signed by Telnyx": (BODY, sign(BODY, NOW), True),
-    "headers in any case": (BODY, {k.upper(): v for k, v in sign(BODY, NOW).items()}, True),
-    "4 minutes old": (BODY, sign(BODY, str(int(NOW) - 240)), True),
-    "6 minutes old": (BODY, sign(BODY, str(int(NOW) - 360)), False),
-    "6 minutes ahead": (BODY, sign(BODY, str(int(NOW) + 360)), False),
-    "another key": (BODY, sign(BODY, NOW, OTHER), False),
-    "body altered": (BODY + b"&x=1", sign(BODY, NOW), False),
-    "timestamp altered": (BODY, {**sign(BODY, NOW), "Telnyx-Timestamp": str(int(NOW) - 1)},
-                          False),
-    "no signature": (BODY, {"Telnyx-Timestamp": NOW}, False),
-    "no timestamp": (BODY, {"Telnyx-Signature-Ed25519": sign(BODY, NOW)[
-        "Telnyx-Signature-Ed25519"]}, False),
-    "timestamp not a number": (BODY, {**sign(BODY, NOW), "Telnyx-Timestamp": "soon"}, False),
-    "signature not base64": (BODY, {**sign(BODY, NOW), "Telnyx-Signature-Ed25519": "%%%"},
-                             False),
-    "signature too short": (BODY, {**sign(BODY, NOW), "Telnyx-Signature-Ed25519":
-                                   base64.b64encode(b"x" * 32).decode()}, False),
-}
+def cases(now: int) -> dict[str, tuple[bytes, dict[str, str], bool]]:
+    """Each request and whether Telnyx signed it, at `now` (built when the test runs: the
+    tolerance is measured against the clock)."""
+    at = str(now)
+    signed = sign(BODY, at)
+    return {
+        "signed by Telnyx": (BODY, signed, True),
+        "headers in any case": (BODY, {k.upper(): v for k, v in signed.items()}, True),
+        "4 minutes old": (BODY, sign(BODY, str(now - 240)), True),
+        "6 minutes old": (BODY, sign(BODY, str(now - 360)), False),
+        "6 minutes ahead": (BODY, sign(BODY, str(now + 360)), False),
+        "another key": (BODY, sign(BODY, at, OTHER), False),
+        "body altered": (BODY + b"&x=1", signed, False),
+        "timestamp altered": (BODY, {**signed, "Telnyx-Timestamp": str(now - 1)}, False),
+        "no signature": (BODY, {"Telnyx-Timestamp": at}, False),
+        "no timestamp": (BODY, {"Telnyx-Signature-Ed25519": signed[
+            "Telnyx-Signature-Ed25519"]}, False),
+        "timestamp not a number": (BODY, {**signed, "Telnyx-Timestamp": "soon"}, False),
+        "signature not base64": (BODY, {**signed, "Telnyx-Signature-Ed25519": "%%%"}, False),
+        "signature too short": (BODY, {**signed, "Telnyx-Signature-Ed25519":
+                                       base64.b64encode(b"x" * 32).decode()}, False),
+    }
 
 
-@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("name", sorted(cases(0)))
 def test_our_verdict_is_the_sdk_verdict(name: str) -> None:
-    body, headers, expected = CASES[name]
+    body, headers, expected = cases(int(time.time()))[name]
     assert sdk_accepts(body, headers) is expected
     assert signature_ok(PUBLIC, body, headers, now=time.time()) is expected
     trust = TelnyxTrust(public_key=PUBLIC, ticket_secret="s" * 32)
@@ -74,7 +76,7 @@ def test_our_verdict_is_the_sdk_verdict(name: str) -> None:
 
 
 def test_a_wrong_public_key_accepts_nothing() -> None:
-    body, headers, _ = CASES["signed by Telnyx"]
+    body, headers, _ = cases(int(time.time()))["signed by Telnyx"]
     other = base64.b64encode(OTHER.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw))
     assert not sdk_accepts(body, headers, other.decode())
     assert not signature_ok(other.decode(), body, headers, now=time.time())
