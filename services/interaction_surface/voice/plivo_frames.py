@@ -24,7 +24,7 @@ import binascii
 import contextlib
 import json
 import re
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 from fastapi import WebSocket, WebSocketDisconnect
@@ -32,6 +32,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from .frame_decoding import decode_typed
 from .stream_frames import (
     FrameError,
+    Key,
     StreamDtmf,
     StreamFrame,
     StreamMark,
@@ -132,9 +133,6 @@ class PlivoMedia(msgspec.Struct, frozen=True, tag_field="event", tag="media"):
     """Call audio (the caller's, on the inbound track)."""
 
     media: PlivoAudio
-
-
-Key = Literal["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "*", "#"]
 
 
 class PlivoDigit(msgspec.Struct, frozen=True):

@@ -21,7 +21,7 @@ import base64
 import binascii
 import contextlib
 import json
-from typing import Annotated, Literal
+from typing import Annotated
 
 import msgspec
 from fastapi import WebSocket, WebSocketDisconnect
@@ -29,6 +29,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from .frame_decoding import decode_typed
 from .stream_frames import (
     FrameError,
+    Key,
     StreamDtmf,
     StreamFrame,
     StreamMark,
@@ -101,9 +102,6 @@ class TelnyxMark(msgspec.Struct, frozen=True, tag_field="event", tag="mark"):
     """The media sent before a mark has played (or a clear dropped it)."""
 
     mark: TelnyxMarkName
-
-
-Key = Literal["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "*", "#"]
 
 
 class TelnyxDigit(msgspec.Struct, frozen=True):
