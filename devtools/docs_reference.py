@@ -102,6 +102,8 @@ CLASSES: dict[str, ClassRef] = {
     "JwtSettings": ClassRef("services/interaction_surface/settings.py", "JwtSettings"),
     "VoiceSettings": ClassRef(_VOICE, "VoiceSettings"),
     "TrustSettings": ClassRef("services/interaction_surface/voice/trust.py", "TrustSettings"),
+    "TelnyxTrust": ClassRef("services/interaction_surface/voice/telnyx_trust.py", "TelnyxTrust"),
+    "PlivoTrust": ClassRef("services/interaction_surface/voice/plivo_trust.py", "PlivoTrust"),
     "VadConfig": ClassRef("services/interaction_surface/voice/vad.py", "VadConfig"),
     "FloorConfig": ClassRef("services/interaction_surface/voice/floor.py", "FloorConfig"),
     "DeepgramConfig": ClassRef(
@@ -178,6 +180,8 @@ SECTIONS: tuple[Section, ...] = (
         (
             Reader(_VOICE, "VoiceSettings.from_env"),
             Reader(_VOICE, "trust_from_env"),
+            Reader("services/interaction_surface/voice/telnyx_trust.py", "telnyx_trust_from_env"),
+            Reader("services/interaction_surface/voice/plivo_trust.py", "plivo_trust_from_env"),
             Reader(_VOICE, "vad_from_env"),
             Reader(_VOICE, "floor_from_env"),
             Reader(_VOICE, "deepgram_from_env"),

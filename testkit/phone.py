@@ -1,10 +1,12 @@
-"""A Twilio Media Streams client: a phone on a real WebSocket, with real audio.
+"""A carrier's media-stream client: a phone on a real WebSocket, with real audio.
 
-It sends what Twilio sends (`connected`, `start` with `customParameters`, `media` μ-law
-in 20 ms frames with numeric fields as strings, `mark`, `dtmf`, `stop`), signs the
-upgrade like Twilio when given the auth token, and plays the agent's media back on a
-clock: a mark returns once the audio queued before it has had time to play, or at once
-when a `clear` flushes it — exactly as Twilio does, so a returned mark proves nothing.
+It speaks one carrier's protocol (its `dialect`, `testkit.dialects`: Twilio by default,
+Telnyx, Plivo): it sends what the carrier sends (the opening `start` with the call-control
+document's parameters, caller audio as μ-law in 20 ms frames, key presses, the hang-up),
+signs the upgrade like Twilio when the dialect does, and plays the agent's media back on a
+clock: a mark returns once the audio queued before it has had time to play, or, when a
+clear flushes it, at once for carriers that echo marks on a clear (Twilio, Telnyx) and
+never for those that do not (Plivo's checkpoints) — exactly as the carrier does.
 
 The playout model is per media frame: each plays when it arrives or when the audio before
 it ends, whichever is later. A frame that arrives after the line ran dry within an
@@ -15,7 +17,6 @@ silence in the middle of the agent's sentence.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 import re
@@ -34,7 +35,11 @@ from services.interaction_surface.voice.engines.base import synthesize
 from services.interaction_surface.voice.engines.espeak import EspeakTts
 from services.interaction_surface.voice.twilio import twilio_signature
 
-AUTH_TOKEN = "twilio-test-token"
+from .dialects import AUTH_TOKEN as TWILIO_AUTH_TOKEN
+from .dialects import TWILIO, Dialect
+
+AUTH_TOKEN = TWILIO_AUTH_TOKEN
+
 # The mark of an utterance a clear cut before its own mark was sent.
 CUT = "(cut)"
 _TTS = EspeakTts()
@@ -88,6 +93,7 @@ class Phone:
     params: dict[str, str]
     play: bool = True
     speed: float = 1.0
+    dialect: Dialect = TWILIO
     ws: ClientConnection | None = None
     stream_sid: str = field(default_factory=lambda: f"MZ{uuid.uuid4().hex}")
     call_sid: str = field(default_factory=lambda: f"CA{uuid.uuid4().hex}")
@@ -107,30 +113,18 @@ class Phone:
     @property
     def url(self) -> str:
         """The stream URL."""
-        return self.base_url.replace("http://", "ws://").rstrip("/") + "/v1/telephony/twilio"
+        return self.base_url.replace("http://", "ws://").rstrip("/") + self.dialect.path
 
     async def dial(self, *, start: bool = True, extra: dict[str, Any] | None = None) -> None:
-        """Connect (signed), then `connected` and `start`."""
-        signature = twilio_signature(AUTH_TOKEN, self.url, {})
-        self.ws = await connect(self.url, additional_headers={"X-Twilio-Signature": signature})
+        """Connect (signed when the carrier signs), then the opening frames; with
+        `start=False` only those before the `start`."""
+        self.ws = await connect(self.url, additional_headers=self.dialect.headers(self.url))
         self._reader = asyncio.create_task(self._read())
-        await self.send({"event": "connected", "protocol": "Call", "version": "1.0.0"})
-        if start:
-            await self.send({
-                "event": "start",
-                "sequenceNumber": "1",
-                "start": {
-                    "streamSid": self.stream_sid,
-                    "accountSid": "AC" + "0" * 32,
-                    "callSid": self.call_sid,
-                    "tracks": ["inbound"],
-                    "customParameters": self.params,
-                    "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000,
-                                    "channels": 1},
-                    **(extra or {}),
-                },
-                "streamSid": self.stream_sid,
-            })
+        for frame in self.dialect.opening(self.stream_sid, self.call_sid, self.params,
+                                          extra or {}):
+            if frame.get("event") == "start" and not start:
+                break
+            await self.send(frame)
 
     async def send(self, message: dict[str, Any] | str | bytes) -> None:
         """Send a frame as is (dicts as JSON)."""
@@ -143,39 +137,24 @@ class Phone:
         for index in range(0, len(ulaw), ULAW_FRAME_BYTES):
             frame = ulaw[index : index + ULAW_FRAME_BYTES]
             self._chunk += 1
-            message: dict[str, Any] = {
-                "event": "media",
-                "streamSid": self.stream_sid,
-                "media": {
-                    "track": "inbound",
-                    "chunk": str(self._chunk),
-                    "timestamp": str(self._chunk * 20),
-                    "payload": base64.b64encode(frame).decode(),
-                },
-            }
-            # Twilio's sequenceNumber is optional for the server: send it on every other frame.
-            if self._chunk % 2:
-                message["sequenceNumber"] = str(self._chunk + 1)
-            await self.send(message)
+            await self.send(self.dialect.media(self.stream_sid, self._chunk, frame))
             if realtime:
                 delay = start + (index // ULAW_FRAME_BYTES + 1) * 0.02 - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
 
     async def press(self, digits: str) -> None:
-        """Key presses, one `dtmf` message per digit, as Twilio sends them."""
+        """Key presses, one `dtmf` message per digit, as the carrier sends them."""
         for digit in digits:
             self._chunk += 1
-            await self.send({"event": "dtmf", "streamSid": self.stream_sid,
-                             "sequenceNumber": str(self._chunk),
-                             "dtmf": {"track": "inbound_track", "digit": digit}})
+            await self.send(self.dialect.dtmf(self.stream_sid, self._chunk, digit))
 
     async def hang_up(self, *, stop: bool = True) -> None:
-        """`stop` then close, or just drop the connection."""
+        """`stop` (when the carrier sends one) then close, or just drop the connection."""
         assert self.ws is not None
-        if stop:
-            await self.send({"event": "stop", "streamSid": self.stream_sid,
-                             "stop": {"callSid": self.call_sid}})
+        frame = self.dialect.stop(self.stream_sid, self.call_sid)
+        if stop and frame is not None:
+            await self.send(frame)
         await self.ws.close()
         if self._reader is not None:
             self._reader.cancel()
@@ -191,10 +170,11 @@ class Phone:
         async for raw in self.ws:
             message = json.loads(raw)
             self.inbound.append(message)
-            kind = message.get("event")
+            kind, value = self.dialect.read(message)
             now = time.monotonic()
             if kind == "media":
-                audio = base64.b64decode(message["media"]["payload"])
+                assert isinstance(value, bytes)
+                audio = value
                 if self._first_media is None:
                     self._first_media = now
                 elif now > self._play_until:
@@ -203,7 +183,8 @@ class Phone:
                 self._audio.extend(audio)
                 self._unmarked_ms += ulaw_ms(audio)
             elif kind == "mark":
-                name = message["mark"]["name"]
+                assert isinstance(value, str)
+                name = value
                 utterance = Utterance(
                     name, self._unmarked_ms, began_at=self._first_media,
                     gaps=self._gaps, audio=bytes(self._audio),
@@ -231,14 +212,19 @@ class Phone:
                 self._first_media = None
                 self._gaps = []
                 self._audio = bytearray()
-                # Twilio echoes every pending mark when the buffer is cleared.
+                # Twilio and Telnyx echo every pending mark when the buffer is cleared;
+                # Plivo drops its pending checkpoints and says `clearedAudio`.
                 for utterance in self.utterances:
-                    if utterance.returned_at is None:
+                    if utterance.returned_at is None and not utterance.flushed:
                         timer = self._timers.pop(utterance.mark, None)
                         if timer is not None:
                             timer.cancel()
                         utterance.flushed = True
-                        await self._mark(utterance)
+                        if self.dialect.echoes_marks_on_clear:
+                            await self._mark(utterance)
+                cleared = self.dialect.cleared(self.stream_sid)
+                if cleared is not None:
+                    await self.send(cleared)
             self._changed.set()
 
     async def _return_mark(self, utterance: Utterance, delay: float) -> None:
@@ -249,8 +235,7 @@ class Phone:
         utterance.returned_at = time.monotonic()
         self._timers.pop(utterance.mark, None)
         self._changed.set()
-        await self.send({"event": "mark", "streamSid": self.stream_sid,
-                         "mark": {"name": utterance.mark}})
+        await self.send(self.dialect.mark(self.stream_sid, utterance.mark))
 
     def media_ms(self) -> int:
         """Agent audio received so far."""

@@ -18,7 +18,7 @@ from typing import Protocol
 from fastapi import WebSocket, WebSocketDisconnect
 
 from .call import FRAMES_REJECTED, Call
-from .call_start import CallStart, StreamRefused, end_call, start_call
+from .call_start import CallStart, StreamRefused, TicketKeys, end_call, start_call
 from .stream_frames import (
     FrameError,
     StreamDtmf,
@@ -59,6 +59,8 @@ class _Stream:
     websocket: WebSocket
     # A loopback peer with no proxy in between (may open sessions without an auth token).
     local: bool = False
+    # The carrier's ticket trust (None: Twilio's, `telephony.trust`).
+    trust: TicketKeys | None = None
     call: Call | None = None
     early: dict[str, int] = field(default_factory=dict)
     refused: int = 4404
@@ -115,15 +117,19 @@ class _Stream:
             raise FrameError("bad_start")
         stream_id = frame.stream_id or telephony.ids.new("stream")
         wire = self.carrier.wire(self.websocket, stream_id)
-        start = CallStart(call_id=frame.call_id, params=frame.params, local=self.local)
+        start = CallStart(
+            call_id=frame.call_id, params=frame.params, local=self.local, trust=self.trust
+        )
         return await start_call(telephony, wire, start)
 
 
 async def run_stream(
-    telephony: Telephony, carrier: Carrier, websocket: WebSocket, *, local: bool
+    telephony: Telephony, carrier: Carrier, websocket: WebSocket, *, local: bool,
+    trust: TicketKeys | None = None,
 ) -> None:
-    """Read an accepted stream until it stops, is refused or goes; the call ends with it."""
-    state = _Stream(telephony, carrier, websocket, local=local)
+    """Read an accepted stream until it stops, is refused or goes; the call ends with it.
+    `trust` is the carrier's ticket trust (None: Twilio's)."""
+    state = _Stream(telephony, carrier, websocket, local=local, trust=trust)
     reason = "disconnected"
     try:
         while True:

@@ -9,6 +9,10 @@ that cannot be used raises `FrameError` with a stable reason: the label of
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
+
+# The keys of a telephone keypad (what a carrier's `dtmf` frame may carry).
+Key = Literal["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", "*", "#"]
 
 
 class FrameError(Exception):

@@ -15,8 +15,6 @@ surface processes is `ownership`.
 from __future__ import annotations
 
 import logging
-import re
-from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from fastapi import APIRouter, Request, WebSocket
@@ -26,21 +24,18 @@ from libs.events import SessionOpened
 from libs.problems import problem
 
 from ..auth import hash_token, new_token
+from .call_control import stream_parameters, stream_target, webhook_form, with_ticket
 from .call_start import StreamRefused
 from .media_stream import run_stream
 from .stream_frames import FrameError
-from .telephony import ID_PATTERN, SessionLookup, Telephony, VoiceStarted
+from .telephony import SessionLookup, Telephony, VoiceStarted
 from .trust import (
     SETTINGS_HEADER,
     SIGNATURE_HEADER,
-    TICKET,
     TrustSettings,
     compute_signature,
-    form_pairs,
     is_local,
-    issue_ticket,
     public_url,
-    stream_url,
 )
 from .twilio_frames import TwilioStream
 
@@ -62,8 +57,6 @@ log = logging.getLogger(__name__)
 
 _TWILIO = TwilioStream()
 
-# The voice webhook's form is about a kilobyte; past this it is refused (413).
-_MAX_WEBHOOK_BYTES = 64 * 1024
 STREAM_PATH = "/v1/telephony/twilio"
 
 
@@ -77,53 +70,11 @@ def signature_ok(auth_token: str, url: str, params: dict[str, str], presented: s
     return TrustSettings(auth_token=auth_token).verify(url, list(params.items()), presented)
 
 
-def _caller_id(raw: str | None) -> str | None:
-    if not raw:
-        return None
-    digits = re.sub(r"[^A-Za-z0-9_.-]", "", raw)
-    return f"tel-{digits}"[:64] if digits else None
-
-
-_unsafe_stream_url_logged = False
-
-
-async def _webhook_form(request: Request) -> list[tuple[str, str]] | Response:
-    """Every (key, value) of the webhook's form, or the problem answer for a bad body."""
-    size = 0
-    chunks: list[bytes] = []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > _MAX_WEBHOOK_BYTES:
-            return problem(413, "Payload too large", f"the form exceeds {_MAX_WEBHOOK_BYTES} bytes")
-        chunks.append(chunk)
-    try:
-        return form_pairs(b"".join(chunks))
-    except UnicodeDecodeError:
-        return problem(400, "Bad request", "the form is not UTF-8")
-
-
-def _stream_parameters(
-    telephony: Telephony, query: Any, form: dict[str, str]
-) -> dict[str, str] | Response:
-    """The `<Parameter>`s of the TwiML: a session to continue, or the caller to open one."""
-    if query.get("session_id") or query.get("token"):
-        session_id, token = query.get("session_id", ""), query.get("token", "")
-        if not ID_PATTERN.match(session_id) or not token or len(token) > 128:
-            return problem(400, "Bad request", "session_id and token must both be valid")
-        return {"session_id": session_id, "token": token}
-    user = query.get("user_id") or _caller_id(form.get("From")) or "caller"
-    tenant = query.get("tenant_id") or telephony.default_tenant
-    if not ID_PATTERN.match(user) or not ID_PATTERN.match(tenant):
-        return problem(400, "Bad request", "user_id and tenant_id must be ids of 1-64 characters")
-    return {"user_id": user, "tenant_id": tenant}
-
-
 def add_telephony_routes(router: APIRouter, telephony: Telephony) -> None:
     """`POST /v1/telephony/twilio/voice` and `WS /v1/telephony/twilio`."""
     @router.post("/v1/telephony/twilio/voice")
     async def voice(request: Request) -> Response:
-        global _unsafe_stream_url_logged  # noqa: PLW0603 - one log line per process
-        pairs = await _webhook_form(request)
+        pairs = await webhook_form(request)
         if isinstance(pairs, Response):
             return pairs
         trust = telephony.trust
@@ -143,25 +94,15 @@ def add_telephony_routes(router: APIRouter, telephony: Telephony) -> None:
                 403, "Forbidden", "TWILIO_AUTH_TOKEN is not set: only local requests are served"
             )
         form = dict(pairs)
-        custom = _stream_parameters(telephony, request.query_params, form)
+        custom = stream_parameters(telephony, request.query_params, form.get("From"))
         if isinstance(custom, Response):
             return custom
         if trust.signed:
             call_sid = form.get("CallSid", "")
             if not call_sid:
                 return problem(400, "Bad request", "the form has no CallSid")
-            custom[TICKET] = issue_ticket(
-                trust.ticket_key, call_sid, custom, now=telephony.clock.now().timestamp(),
-                ttl_s=trust.ticket_ttl_s,
-            )
-        target = stream_url(url, STREAM_PATH)
-        unsafe = target.startswith("ws://") and not is_local(peer, request.headers)
-        if unsafe and not _unsafe_stream_url_logged:
-            _unsafe_stream_url_logged = True
-            log.warning(
-                "telephony: the TwiML points the stream at %s; Twilio only connects to "
-                "wss:// (set HOLDLINE_PUBLIC_URL or HOLDLINE_TRUSTED_PROXIES)", target
-            )
+            custom = with_ticket(telephony, trust.ticket_key, call_sid, custom)
+        target = stream_target("TwiML", url, STREAM_PATH, peer, request.headers)
         parameters = "".join(
             f"<Parameter name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in custom.items()
         )

@@ -31,9 +31,11 @@ from .engines.registry import register_stt, register_tts, stt_named, tts_named
 from .engines.vocabulary import SpeechVocabulary
 from .ownership import CallOwnership
 from .playback import Settled
+from .plivo import add_plivo_routes
 from .settings import VoiceSettings
 from .silero import load_silero
 from .telephony import Telephony, VoiceStarted
+from .telnyx import add_telnyx_routes
 from .trust import CLAIM_MARGIN_S
 from .twilio import add_telephony_routes, opened_session_event
 
@@ -78,6 +80,8 @@ def install_voice(
         voice=settings,
     )
     add_telephony_routes(app.router, telephony)
+    add_telnyx_routes(app.router, telephony)
+    add_plivo_routes(app.router, telephony)
     return telephony
 
 
@@ -174,6 +178,9 @@ async def start_voice(
         importlib.import_module(name)
     rt = surface.runtime
     # The start-up check: every misconfiguration of the phone edge, said once.
+    for note in [*settings.telnyx.problems(), *settings.plivo.problems()]:
+        # A carrier not in use needs no key: said, not warned about.
+        log.info("telephony: %s", note)
     for problem in telephony.trust.problems():
         log.warning("telephony: %s", problem)
     tickets = await _tickets_bucket(surface, telephony.trust.ticket_ttl_s)

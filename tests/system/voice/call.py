@@ -1,8 +1,9 @@
-"""A phone call to a running holdline over the Twilio protocol: seed 002's conversation.
+"""A phone call to a running holdline over a carrier's protocol: seed 002's conversation.
 
 With `make run` up, `.venv/bin/python -m tests.system.voice.call` dials the surface as Twilio
-would (real espeak-ng speech in μ-law, real-time pace, marks returned as a phone plays the
-audio) and holds the conversation the voice seed is about:
+would (`--carrier telnyx` or `--carrier plivo`: as that carrier would, on its own stream
+route), with real espeak-ng speech in μ-law, real-time pace, marks returned as a phone
+plays the audio, and holds the conversation the voice seed is about:
 
 1. the caller asks for two accesses; the system of record is slow (the demo's latency
    fault), so the work outlives the turn;
@@ -26,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from testkit.dialects import PLIVO, TELNYX, TWILIO, Dialect
 from testkit.phone import Phone, speech
 from testkit.surface import Chat, eventually, open_chat
 
@@ -33,6 +35,7 @@ REQUEST = "give me access to notion and gitlab"
 RESOURCES = ("notion", "gitlab")
 # The provider takes this long per access, so the results land while the caller talks.
 PROVIDER_LATENCY_MS = 2500
+DIALECTS: dict[str, Dialect] = {"twilio": TWILIO, "telnyx": TELNYX, "plivo": PLIVO}
 
 
 @dataclass
@@ -63,7 +66,9 @@ async def _spoken_closing(chat: Chat) -> dict[str, Any] | None:
     return None
 
 
-async def seed_conversation(surface_url: str, provider_url: str) -> CallReport:
+async def seed_conversation(
+    surface_url: str, provider_url: str, dialect: Dialect = TWILIO
+) -> CallReport:
     """Hold the conversation against a running system; return what happened."""
     async with httpx.AsyncClient(base_url=surface_url, timeout=10) as client:
         chat = await open_chat(client, user=f"caller-{uuid.uuid4().hex[:6]}")
@@ -74,7 +79,8 @@ async def seed_conversation(surface_url: str, provider_url: str) -> CallReport:
                 json={"match": name, "latency_ms": PROVIDER_LATENCY_MS, "times": 1},
             )
             response.raise_for_status()
-        phone = Phone(surface_url, {"session_id": chat.session_id, "token": chat.token})
+        phone = Phone(surface_url, {"session_id": chat.session_id, "token": chat.token},
+                      dialect=dialect)
         await phone.dial()
         try:
             await phone.talk(await speech(REQUEST))
@@ -143,8 +149,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--url", default="http://127.0.0.1:8080", help="the surface")
     parser.add_argument("--provider", default="http://127.0.0.1:8090", help="the provider")
+    parser.add_argument("--carrier", choices=sorted(DIALECTS), default="twilio",
+                        help="the stream protocol the phone speaks")
     args = parser.parse_args()
-    report = asyncio.run(seed_conversation(args.url, args.provider))
+    report = asyncio.run(seed_conversation(args.url, args.provider, DIALECTS[args.carrier]))
     print(report.render())
     sys.exit(0 if report.ok else 1)
 
