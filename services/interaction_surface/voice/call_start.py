@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass
+from typing import Protocol
 
 from nats.js.errors import KeyWrongLastSequenceError
 
@@ -38,6 +39,19 @@ class StreamRefused(Exception):
         self.reason = reason
 
 
+class TicketTrust(Protocol):
+    """Whose call tickets a start must carry: Twilio's `TrustSettings`, or another
+    carrier's (`carrier_settings.CarrierTrust`)."""
+
+    @property
+    def signed(self) -> bool:
+        """Whether the carrier's requests are checked (otherwise local peers only)."""
+
+    @property
+    def ticket_key(self) -> bytes:
+        """The key its webhook's tickets are made with."""
+
+
 @dataclass(frozen=True, slots=True)
 class CallStart:
     """What a transport's start frame says, decoded at its edge."""
@@ -49,6 +63,8 @@ class CallStart:
     params: dict[str, str]
     # A loopback peer with no proxy in between (may open sessions without an auth token).
     local: bool
+    # The carrier's trust; None is Twilio's (`telephony.trust`).
+    trust: TicketTrust | None = None
 
 
 async def start_call(telephony: Telephony, wire: CallWire, start: CallStart) -> Call:
@@ -58,7 +74,7 @@ async def start_call(telephony: Telephony, wire: CallWire, start: CallStart) -> 
         raise StreamRefused(4403, "not_ready")
     params = start.params
     call_sid = re.sub(r"[^A-Za-z0-9_-]", "", start.call_id)[:64] or telephony.ids.new("CA")
-    trust = telephony.trust
+    trust: TicketTrust = start.trust or telephony.trust
     nonce: str | None = None
     if trust.signed and params.get(TICKET):
         # Present: it must be ours, for this call and exactly these parameters.

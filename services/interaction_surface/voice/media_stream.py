@@ -18,7 +18,7 @@ from typing import Protocol
 from fastapi import WebSocket, WebSocketDisconnect
 
 from .call import FRAMES_REJECTED, Call
-from .call_start import CallStart, StreamRefused, end_call, start_call
+from .call_start import CallStart, StreamRefused, TicketTrust, end_call, start_call
 from .stream_frames import (
     FrameError,
     StreamDtmf,
@@ -30,7 +30,7 @@ from .stream_frames import (
     StreamStop,
 )
 from .telephony import Telephony
-from .wire import CallWire
+from .wire import CallWire, SelfTimedWire
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,8 @@ class _Stream:
     call: Call | None = None
     early: dict[str, int] = field(default_factory=dict)
     refused: int = 4404
+    # Whose call tickets open a session here (None: Twilio's).
+    trust: TicketTrust | None = None
 
     def reject(self, reason: str) -> None:
         if self.call is not None:
@@ -115,15 +117,27 @@ class _Stream:
             raise FrameError("bad_start")
         stream_id = frame.stream_id or telephony.ids.new("stream")
         wire = self.carrier.wire(self.websocket, stream_id)
-        start = CallStart(call_id=frame.call_id, params=frame.params, local=self.local)
-        return await start_call(telephony, wire, start)
+        start = CallStart(
+            call_id=frame.call_id, params=frame.params, local=self.local, trust=self.trust
+        )
+        call = await start_call(telephony, wire, start)
+        if isinstance(wire, SelfTimedWire):
+            # A carrier without marks: its wire says when the audio before a mark has played.
+            wire.played_to(call.on_mark)
+        return call
 
 
 async def run_stream(
-    telephony: Telephony, carrier: Carrier, websocket: WebSocket, *, local: bool
+    telephony: Telephony,
+    carrier: Carrier,
+    websocket: WebSocket,
+    *,
+    local: bool,
+    trust: TicketTrust | None = None,
 ) -> None:
-    """Read an accepted stream until it stops, is refused or goes; the call ends with it."""
-    state = _Stream(telephony, carrier, websocket, local=local)
+    """Read an accepted stream until it stops, is refused or goes; the call ends with it.
+    `trust` is the carrier's (whose tickets open sessions); None is Twilio's."""
+    state = _Stream(telephony, carrier, websocket, local=local, trust=trust)
     reason = "disconnected"
     try:
         while True:

@@ -12,7 +12,9 @@ defaults are unchanged:
 - `vad_from_env` (`HOLDLINE_VAD_*`, `HOLDLINE_FALSE_INTERRUPTION_MS`),
   `floor_from_env` (`HOLDLINE_BACKCHANNEL*`, `HOLDLINE_STT_CONFIRM_*`),
   `trust_from_env` (`TWILIO_*`, `HOLDLINE_PUBLIC_URL`, `HOLDLINE_TRUSTED_PROXIES`,
-  `HOLDLINE_CALL_TICKET_TTL_S`, `HOLDLINE_REQUIRE_TWILIO_AUTH`).
+  `HOLDLINE_CALL_TICKET_TTL_S`, `HOLDLINE_REQUIRE_TWILIO_AUTH`);
+- the other carriers: `CarrierSettings.from_env` (`VONAGE_*`, `HOLDLINE_VONAGE_AUDIO_RATE`,
+  `EXOTEL_STREAM_*`).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 from libs.config import env_bool, env_float, env_int, env_str
 
+from .carrier_settings import CarrierSettings
 from .engines.base import SpeechError
 from .engines.deepgram import DeepgramConfig
 from .floor import DEFAULT_BACKCHANNELS, FloorConfig, normalise
@@ -132,6 +135,8 @@ class VoiceSettings:
     # Read only when `tts` or `stt` is `deepgram` and a key is set: without one, building
     # the engine at start-up fails, as it always did.
     deepgram: DeepgramConfig | None = None
+    # The carriers beyond Twilio (Vonage, Exotel): `carrier_settings`.
+    carriers: CarrierSettings = field(default_factory=CarrierSettings)
 
     def deepgram_config(self) -> DeepgramConfig:
         """The Deepgram engine's configuration (SpeechError without `DEEPGRAM_API_KEY`)."""
@@ -147,8 +152,9 @@ class VoiceSettings:
         stt = env_str("HOLDLINE_STT", "pocketsphinx")
         chosen = "deepgram" in (tts, stt) and env_str("DEEPGRAM_API_KEY", "")
         deepgram = deepgram_from_env() if chosen else None
+        trust = trust_from_env()
         return cls(
-            trust=trust_from_env(),
+            trust=trust,
             vad=vad_from_env(),
             floor=floor_from_env(),
             tts=tts,
@@ -160,4 +166,5 @@ class VoiceSettings:
             playout_lead_ms=env_int("HOLDLINE_PLAYOUT_LEAD_MS", 160),
             call_owner_ttl_s=env_float("HOLDLINE_CALL_OWNER_TTL_S", 10.0),
             deepgram=deepgram,
+            carriers=CarrierSettings.from_env(trust.ticket_ttl_s),
         )

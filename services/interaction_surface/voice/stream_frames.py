@@ -8,6 +8,8 @@ that cannot be used raises `FrameError` with a stable reason: the label of
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -18,6 +20,31 @@ class FrameError(Exception):
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
         self.detail = detail
+
+
+_AT = re.compile(r" - at `\$\.?(\w*)(.*)`$")
+_MISSING = re.compile(r"^Object missing required field `(\w+)`")
+
+
+def refusal_reason(detail: str, parts: Mapping[str, str], params_at: str) -> str:
+    """The stable reason for msgspec's validation message about a carrier's JSON frame:
+    `parts` maps the frame's top-level keys to reasons (`event` is the tag), and a failure
+    under `params_at` (e.g. `start.customParameters`) is `bad_parameters`."""
+    at = _AT.search(detail)
+    if at is None:
+        # The frame as a whole: not an object, or a part missing.
+        missing = _MISSING.match(detail)
+        if missing is None:
+            return "not_an_object"
+        part = missing.group(1)
+        return "missing_event" if part == "event" else parts.get(part, "bad_frame")
+    part, rest = at.groups()
+    head, _, field = params_at.partition(".")
+    if part == head and rest.startswith(f".{field}"):
+        return "bad_parameters"
+    if detail.startswith("Invalid base64"):
+        return "invalid_base64"
+    return parts.get(part, "bad_frame")
 
 
 @dataclass(frozen=True, slots=True)

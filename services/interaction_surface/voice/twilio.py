@@ -15,8 +15,6 @@ surface processes is `ownership`.
 from __future__ import annotations
 
 import logging
-import re
-from typing import Any
 from xml.sax.saxutils import quoteattr
 
 from fastapi import APIRouter, Request, WebSocket
@@ -26,10 +24,11 @@ from libs.events import SessionOpened
 from libs.problems import problem
 
 from ..auth import hash_token, new_token
+from .call_params import stream_parameters, webhook_body
 from .call_start import StreamRefused
 from .media_stream import run_stream
 from .stream_frames import FrameError
-from .telephony import ID_PATTERN, SessionLookup, Telephony, VoiceStarted
+from .telephony import SessionLookup, Telephony, VoiceStarted
 from .trust import (
     SETTINGS_HEADER,
     SIGNATURE_HEADER,
@@ -62,8 +61,6 @@ log = logging.getLogger(__name__)
 
 _TWILIO = TwilioStream()
 
-# The voice webhook's form is about a kilobyte; past this it is refused (413).
-_MAX_WEBHOOK_BYTES = 64 * 1024
 STREAM_PATH = "/v1/telephony/twilio"
 
 
@@ -77,45 +74,18 @@ def signature_ok(auth_token: str, url: str, params: dict[str, str], presented: s
     return TrustSettings(auth_token=auth_token).verify(url, list(params.items()), presented)
 
 
-def _caller_id(raw: str | None) -> str | None:
-    if not raw:
-        return None
-    digits = re.sub(r"[^A-Za-z0-9_.-]", "", raw)
-    return f"tel-{digits}"[:64] if digits else None
-
-
 _unsafe_stream_url_logged = False
 
 
 async def _webhook_form(request: Request) -> list[tuple[str, str]] | Response:
     """Every (key, value) of the webhook's form, or the problem answer for a bad body."""
-    size = 0
-    chunks: list[bytes] = []
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > _MAX_WEBHOOK_BYTES:
-            return problem(413, "Payload too large", f"the form exceeds {_MAX_WEBHOOK_BYTES} bytes")
-        chunks.append(chunk)
+    body = await webhook_body(request)
+    if isinstance(body, Response):
+        return body
     try:
-        return form_pairs(b"".join(chunks))
+        return form_pairs(body)
     except UnicodeDecodeError:
         return problem(400, "Bad request", "the form is not UTF-8")
-
-
-def _stream_parameters(
-    telephony: Telephony, query: Any, form: dict[str, str]
-) -> dict[str, str] | Response:
-    """The `<Parameter>`s of the TwiML: a session to continue, or the caller to open one."""
-    if query.get("session_id") or query.get("token"):
-        session_id, token = query.get("session_id", ""), query.get("token", "")
-        if not ID_PATTERN.match(session_id) or not token or len(token) > 128:
-            return problem(400, "Bad request", "session_id and token must both be valid")
-        return {"session_id": session_id, "token": token}
-    user = query.get("user_id") or _caller_id(form.get("From")) or "caller"
-    tenant = query.get("tenant_id") or telephony.default_tenant
-    if not ID_PATTERN.match(user) or not ID_PATTERN.match(tenant):
-        return problem(400, "Bad request", "user_id and tenant_id must be ids of 1-64 characters")
-    return {"user_id": user, "tenant_id": tenant}
 
 
 def add_telephony_routes(router: APIRouter, telephony: Telephony) -> None:
@@ -143,7 +113,9 @@ def add_telephony_routes(router: APIRouter, telephony: Telephony) -> None:
                 403, "Forbidden", "TWILIO_AUTH_TOKEN is not set: only local requests are served"
             )
         form = dict(pairs)
-        custom = _stream_parameters(telephony, request.query_params, form)
+        custom = stream_parameters(
+            request.query_params, form.get("From"), telephony.default_tenant
+        )
         if isinstance(custom, Response):
             return custom
         if trust.signed:

@@ -16,7 +16,6 @@ carrier. A `media` payload is base64 μ-law on the wire both ways (msgspec's own
 from __future__ import annotations
 
 import contextlib
-import re
 from typing import Annotated, Literal
 
 import msgspec
@@ -32,6 +31,7 @@ from .stream_frames import (
     StreamStart,
     StreamStop,
 )
+from .stream_frames import refusal_reason as stream_refusal_reason
 from .trust import text_params
 
 # ---------------------------------------------------------------------------- inbound
@@ -115,26 +115,11 @@ _PART_REASONS = {
     "mark": "missing_mark_name",
     "dtmf": "bad_dtmf",
 }
-_AT = re.compile(r" - at `\$\.?(\w*)(.*)`$")
-_MISSING = re.compile(r"^Object missing required field `(\w+)`")
 
 
 def refusal_reason(detail: str) -> str:
     """The stable reason for msgspec's validation message about a frame."""
-    at = _AT.search(detail)
-    if at is None:
-        # The frame as a whole: not an object, or a part missing.
-        missing = _MISSING.match(detail)
-        if missing is None:
-            return "not_an_object"
-        part = missing.group(1)
-        return "missing_event" if part == "event" else _PART_REASONS.get(part, "bad_frame")
-    part, rest = at.groups()
-    if part == "start" and rest.startswith(".customParameters"):
-        return "bad_parameters"
-    if part == "media" and detail.startswith("Invalid base64"):
-        return "invalid_base64"
-    return _PART_REASONS.get(part, "bad_frame")
+    return stream_refusal_reason(detail, _PART_REASONS, "start.customParameters")
 
 
 def decode_frame(raw: str | bytes) -> TwilioInbound:
