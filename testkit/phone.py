@@ -1,5 +1,10 @@
 """A Twilio Media Streams client: a phone on a real WebSocket, with real audio.
 
+The playout model and the utterances are the carrier-neutral part (`_heard_media`,
+`_heard_mark`, `_heard_clear`); the frames are Twilio's here, and `carrier_phones` speaks
+Vonage's and Exotel's by overriding the frame methods (`dial`, `_send_audio`, `press`,
+`_send_stop`, `_receive`, `_send_mark`).
+
 It sends what Twilio sends (`connected`, `start` with `customParameters`, `media` μ-law
 in 20 ms frames with numeric fields as strings, `mark`, `dtmf`, `stop`), signs the
 upgrade like Twilio when given the auth token, and plays the agent's media back on a
@@ -141,26 +146,29 @@ class Phone:
         """Stream audio as 20 ms media frames; at real-time pace unless told otherwise."""
         start = time.monotonic()
         for index in range(0, len(ulaw), ULAW_FRAME_BYTES):
-            frame = ulaw[index : index + ULAW_FRAME_BYTES]
             self._chunk += 1
-            message: dict[str, Any] = {
-                "event": "media",
-                "streamSid": self.stream_sid,
-                "media": {
-                    "track": "inbound",
-                    "chunk": str(self._chunk),
-                    "timestamp": str(self._chunk * 20),
-                    "payload": base64.b64encode(frame).decode(),
-                },
-            }
-            # Twilio's sequenceNumber is optional for the server: send it on every other frame.
-            if self._chunk % 2:
-                message["sequenceNumber"] = str(self._chunk + 1)
-            await self.send(message)
+            await self._send_audio(ulaw[index : index + ULAW_FRAME_BYTES])
             if realtime:
                 delay = start + (index // ULAW_FRAME_BYTES + 1) * 0.02 - time.monotonic()
                 if delay > 0:
                     await asyncio.sleep(delay)
+
+    async def _send_audio(self, frame: bytes) -> None:
+        """One 20 ms frame of the caller's μ-law audio, in this carrier's frame."""
+        message: dict[str, Any] = {
+            "event": "media",
+            "streamSid": self.stream_sid,
+            "media": {
+                "track": "inbound",
+                "chunk": str(self._chunk),
+                "timestamp": str(self._chunk * 20),
+                "payload": base64.b64encode(frame).decode(),
+            },
+        }
+        # Twilio's sequenceNumber is optional for the server: send it on every other frame.
+        if self._chunk % 2:
+            message["sequenceNumber"] = str(self._chunk + 1)
+        await self.send(message)
 
     async def press(self, digits: str) -> None:
         """Key presses, one `dtmf` message per digit, as Twilio sends them."""
@@ -174,13 +182,16 @@ class Phone:
         """`stop` then close, or just drop the connection."""
         assert self.ws is not None
         if stop:
-            await self.send({"event": "stop", "streamSid": self.stream_sid,
-                             "stop": {"callSid": self.call_sid}})
+            await self._send_stop()
         await self.ws.close()
         if self._reader is not None:
             self._reader.cancel()
         for timer in self._timers.values():
             timer.cancel()
+
+    async def _send_stop(self) -> None:
+        await self.send({"event": "stop", "streamSid": self.stream_sid,
+                         "stop": {"callSid": self.call_sid}})
 
     async def _read(self) -> None:
         with contextlib.suppress(ConnectionClosed):
@@ -189,57 +200,71 @@ class Phone:
     async def _read_frames(self) -> None:
         assert self.ws is not None
         async for raw in self.ws:
-            message = json.loads(raw)
-            self.inbound.append(message)
-            kind = message.get("event")
-            now = time.monotonic()
-            if kind == "media":
-                audio = base64.b64decode(message["media"]["payload"])
-                if self._first_media is None:
-                    self._first_media = now
-                elif now > self._play_until:
-                    self._gaps.append(now - self._play_until)
-                self._play_until = max(self._play_until, now) + ulaw_ms(audio) / 1000 / self.speed
-                self._audio.extend(audio)
-                self._unmarked_ms += ulaw_ms(audio)
-            elif kind == "mark":
-                name = message["mark"]["name"]
-                utterance = Utterance(
-                    name, self._unmarked_ms, began_at=self._first_media,
-                    gaps=self._gaps, audio=bytes(self._audio),
-                )
-                self._unmarked_ms = 0
-                self._gaps = []
-                self._audio = bytearray()
-                self.utterances.append(utterance)
-                self._first_media = None
-                if self.play:
-                    self._timers[name] = asyncio.create_task(
-                        self._return_mark(utterance, self._play_until - now)
-                    )
-            elif kind == "clear":
-                self.clears.append(now)
-                if self._unmarked_ms:
-                    # Sent at the pace it plays, a cut utterance's mark never came: its
-                    # audio so far is kept under the mark CUT.
-                    self.utterances.append(Utterance(
-                        CUT, self._unmarked_ms, returned_at=now, flushed=True,
-                        began_at=self._first_media, gaps=self._gaps, audio=bytes(self._audio),
-                    ))
-                self._play_until = now
-                self._unmarked_ms = 0
-                self._first_media = None
-                self._gaps = []
-                self._audio = bytearray()
-                # Twilio echoes every pending mark when the buffer is cleared.
-                for utterance in self.utterances:
-                    if utterance.returned_at is None:
-                        timer = self._timers.pop(utterance.mark, None)
-                        if timer is not None:
-                            timer.cancel()
-                        utterance.flushed = True
-                        await self._mark(utterance)
+            await self._receive(raw)
             self._changed.set()
+
+    async def _receive(self, raw: str | bytes) -> None:
+        """One frame from the surface, in this carrier's format."""
+        message = json.loads(raw)
+        self.inbound.append(message)
+        kind = message.get("event")
+        now = time.monotonic()
+        if kind == "media":
+            self._heard_media(base64.b64decode(message["media"]["payload"]), now)
+        elif kind == "mark":
+            self._heard_mark(message["mark"]["name"], now)
+        elif kind == "clear":
+            await self._heard_clear(now)
+
+    def _heard_media(self, audio: bytes, now: float) -> None:
+        """Agent audio (μ-law 8 kHz) arrived: it plays after what is queued."""
+        if self._first_media is None:
+            self._first_media = now
+        elif now > self._play_until:
+            self._gaps.append(now - self._play_until)
+        self._play_until = max(self._play_until, now) + ulaw_ms(audio) / 1000 / self.speed
+        self._audio.extend(audio)
+        self._unmarked_ms += ulaw_ms(audio)
+
+    def _heard_mark(self, name: str, now: float) -> None:
+        """A mark after the audio so far: it goes back once that audio has played."""
+        utterance = Utterance(
+            name, self._unmarked_ms, began_at=self._first_media,
+            gaps=self._gaps, audio=bytes(self._audio),
+        )
+        self._unmarked_ms = 0
+        self._gaps = []
+        self._audio = bytearray()
+        self.utterances.append(utterance)
+        self._first_media = None
+        if self.play:
+            self._timers[name] = asyncio.create_task(
+                self._return_mark(utterance, self._play_until - now)
+            )
+
+    async def _heard_clear(self, now: float) -> None:
+        """A clear: queued audio is dropped and every pending mark goes back at once."""
+        self.clears.append(now)
+        if self._unmarked_ms:
+            # Sent at the pace it plays, a cut utterance's mark never came: its
+            # audio so far is kept under the mark CUT.
+            self.utterances.append(Utterance(
+                CUT, self._unmarked_ms, returned_at=now, flushed=True,
+                began_at=self._first_media, gaps=self._gaps, audio=bytes(self._audio),
+            ))
+        self._play_until = now
+        self._unmarked_ms = 0
+        self._first_media = None
+        self._gaps = []
+        self._audio = bytearray()
+        # Twilio echoes every pending mark when the buffer is cleared.
+        for utterance in self.utterances:
+            if utterance.returned_at is None:
+                timer = self._timers.pop(utterance.mark, None)
+                if timer is not None:
+                    timer.cancel()
+                utterance.flushed = True
+                await self._mark(utterance)
 
     async def _return_mark(self, utterance: Utterance, delay: float) -> None:
         await asyncio.sleep(max(delay, 0.0))
@@ -249,8 +274,11 @@ class Phone:
         utterance.returned_at = time.monotonic()
         self._timers.pop(utterance.mark, None)
         self._changed.set()
-        await self.send({"event": "mark", "streamSid": self.stream_sid,
-                         "mark": {"name": utterance.mark}})
+        await self._send_mark(utterance.mark)
+
+    async def _send_mark(self, name: str) -> None:
+        """A played (or cleared) mark, back to the surface."""
+        await self.send({"event": "mark", "streamSid": self.stream_sid, "mark": {"name": name}})
 
     def media_ms(self) -> int:
         """Agent audio received so far."""

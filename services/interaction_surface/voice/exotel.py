@@ -24,9 +24,10 @@ import logging
 from urllib.parse import quote, urlencode, urlsplit, urlunsplit
 
 from fastapi import APIRouter, Request, WebSocket
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.datastructures import Headers
 
+from libs.json_response import JSONResponse
 from libs.problems import problem
 
 from .call_params import stream_parameters, webhook_body
@@ -78,7 +79,6 @@ def add_exotel_routes(router: APIRouter, telephony: Telephony) -> None:
     settings = telephony.voice.carriers.exotel
     trust = settings.trust
 
-    @router.api_route(VOICEBOT_PATH, methods=["GET", "POST"])
     async def voicebot(request: Request) -> Response:
         body = await webhook_body(request)
         if isinstance(body, Response):
@@ -114,6 +114,12 @@ def add_exotel_routes(router: APIRouter, telephony: Telephony) -> None:
             )
         url = public_url(telephony.trust, str(request.url), peer, request.headers)
         return JSONResponse({"url": voicebot_url(url, params, settings)})
+
+    for method in ("GET", "POST"):
+        router.add_api_route(
+            VOICEBOT_PATH, voicebot, methods=[method],
+            operation_id=f"exotel_voicebot_{method.lower()}",
+        )
 
     @router.websocket(STREAM_PATH)
     async def stream(websocket: WebSocket) -> None:

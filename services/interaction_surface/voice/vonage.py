@@ -18,8 +18,9 @@ import logging
 from typing import Any
 
 from fastapi import APIRouter, Request, WebSocket
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
+from libs.json_response import JSONResponse
 from libs.problems import problem
 
 from .call_params import stream_parameters, webhook_body
@@ -64,7 +65,6 @@ def add_vonage_routes(router: APIRouter, telephony: Telephony) -> None:
     settings = telephony.voice.carriers.vonage
     trust = settings.trust
 
-    @router.api_route(ANSWER_PATH, methods=["GET", "POST"])
     async def answer(request: Request) -> Response:
         body = await webhook_body(request)
         if isinstance(body, Response):
@@ -110,6 +110,11 @@ def add_vonage_routes(router: APIRouter, telephony: Telephony) -> None:
             )
         uri = stream_url(url, STREAM_PATH)
         return JSONResponse(ncco(uri, settings.audio_rate, params))
+
+    for method in ("GET", "POST"):
+        router.add_api_route(
+            ANSWER_PATH, answer, methods=[method], operation_id=f"vonage_answer_{method.lower()}"
+        )
 
     @router.websocket(STREAM_PATH)
     async def stream(websocket: WebSocket) -> None:

@@ -49,7 +49,8 @@ def test_frames_as_exotel_sends_them() -> None:
              "media": {"chunk": "2", "timestamp": "200",
                        "payload": base64.b64encode(pcm).decode()}}
     frame = stream.decode(json.dumps(media))
-    assert isinstance(frame, StreamMedia) and len(frame.ulaw) == 800
+    assert isinstance(frame, StreamMedia)
+    assert len(frame.ulaw) == 800
     assert stream.decode(json.dumps(
         {"event": "dtmf", "stream_sid": "MZ1", "dtmf": {"digit": "5", "duration": "100"}}
     )) == StreamDtmf("5")
@@ -64,7 +65,8 @@ def test_parameters_fall_back_to_the_stream_urls_query() -> None:
     del start["start"]["custom_parameters"]
     stream = ExotelStream({"session_id": "s1", "token": "t"})
     frame = stream.decode(json.dumps(start))
-    assert isinstance(frame, StreamStart) and frame.params == {"session_id": "s1", "token": "t"}
+    assert isinstance(frame, StreamStart)
+    assert frame.params == {"session_id": "s1", "token": "t"}
 
 
 @pytest.mark.parametrize(
@@ -112,7 +114,7 @@ async def test_wire_sends_100ms_chunks_then_a_padded_rest_and_the_mark() -> None
     wire = ExotelWire(socket, "MZ1", LinearLine(8000))  # type: ignore[arg-type]
     await wire.send_audio(silence_ulaw(250))
     sizes = [len(base64.b64decode(f["media"]["payload"])) for f in socket.sent]
-    assert sizes == [1600, 1600]  # 2 × 100 ms of 16-bit PCM; 50 ms waits
+    assert sizes == [1600, 1600]  # 2 x 100 ms of 16-bit PCM; 50 ms waits
     await wire.send_mark("closing-1")
     rest = base64.b64decode(socket.sent[2]["media"]["payload"])
     assert len(rest) == 960  # 800 bytes of audio, padded to a multiple of 320

@@ -40,7 +40,8 @@ def test_connected_is_the_start_with_the_ncco_headers() -> None:
         params={"call_uuid": "aaaa-bbbb", "user_id": "tel-4477", "tenant_id": "acme",
                 "ticket": "v1.x"},
     )
-    assert stream.line is not None and stream.line.rate == 16000
+    assert stream.line is not None
+    assert stream.line.rate == 16000
     # A repeated connected opens nothing new.
     assert stream.decode(json.dumps(CONNECTED)) == StreamNothing()
 
