@@ -93,6 +93,8 @@ class VonagePhone(Phone):
 
     rate: int = 16000
     line: LinearLine = field(init=False)
+    # The size of every binary message the surface sent (Vonage wants exactly 20 ms).
+    frame_sizes: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.line = LinearLine(self.rate)
@@ -125,6 +127,7 @@ class VonagePhone(Phone):
 
     async def _receive(self, raw: str | bytes) -> None:
         if isinstance(raw, bytes):
+            self.frame_sizes.add(len(raw))
             self._heard_media(self.line.to_ulaw(raw), time.monotonic())
         else:
             self.inbound.append(json.loads(raw))

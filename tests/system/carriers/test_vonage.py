@@ -92,6 +92,7 @@ async def test_request_acceptance_barge_in_and_the_closing_heard(
     assert finished or riding, "no heard playback carried the closing"
     operations = (await chat.snapshot())["operations"]
     assert sorted(o["status"] for o in operations) == ["committed", "committed"]
+    assert phone.frame_sizes == {640}, "not 20 ms of 16 kHz L16 a message"
     await phone.hang_up()
 
 
