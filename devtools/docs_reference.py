@@ -87,6 +87,7 @@ class Section:
 
 _CONFIG = "libs/config.py"
 _VOICE = "services/interaction_surface/voice/settings.py"
+_CARRIERS = "services/interaction_surface/voice/carrier_settings.py"
 
 # The classes whose constructor keywords the readers fill, by the name they are called by.
 CLASSES: dict[str, ClassRef] = {
@@ -104,6 +105,8 @@ CLASSES: dict[str, ClassRef] = {
     "TrustSettings": ClassRef("services/interaction_surface/voice/trust.py", "TrustSettings"),
     "TelnyxTrust": ClassRef("services/interaction_surface/voice/telnyx_trust.py", "TelnyxTrust"),
     "PlivoTrust": ClassRef("services/interaction_surface/voice/plivo_trust.py", "PlivoTrust"),
+    "VonageSettings": ClassRef(_CARRIERS, "VonageSettings"),
+    "ExotelSettings": ClassRef(_CARRIERS, "ExotelSettings"),
     "VadConfig": ClassRef("services/interaction_surface/voice/vad.py", "VadConfig"),
     "FloorConfig": ClassRef("services/interaction_surface/voice/floor.py", "FloorConfig"),
     "DeepgramConfig": ClassRef(
@@ -185,6 +188,8 @@ SECTIONS: tuple[Section, ...] = (
             Reader(_VOICE, "vad_from_env"),
             Reader(_VOICE, "floor_from_env"),
             Reader(_VOICE, "deepgram_from_env"),
+            Reader(_CARRIERS, "VonageSettings.from_env"),
+            Reader(_CARRIERS, "ExotelSettings.from_env"),
         ),
     ),
     Section(

@@ -8,6 +8,11 @@ clock: a mark returns once the audio queued before it has had time to play, or, 
 clear flushes it, at once for carriers that echo marks on a clear (Twilio, Telnyx) and
 never for those that do not (Plivo's checkpoints) — exactly as the carrier does.
 
+The playout model and the utterances are the carrier-neutral part (`_heard_media`,
+`_heard_mark`, `_heard_clear`); the frame methods (`_send_audio`, `_send_stop`, `_receive`,
+`_send_mark`) speak the dialect's JSON frames, and `carrier_phones` overrides them for a
+carrier whose stream is not one of those (Vonage's binary audio, Exotel's PCM).
+
 The playout model is per media frame: each plays when it arrives or when the audio before
 it ends, whichever is later. A frame that arrives after the line ran dry within an
 utterance leaves a gap, noted on the utterance (`gaps`, seconds): what a caller hears as
@@ -137,7 +142,7 @@ class Phone:
         for index in range(0, len(ulaw), ULAW_FRAME_BYTES):
             frame = ulaw[index : index + ULAW_FRAME_BYTES]
             self._chunk += 1
-            await self.send(self.dialect.media(self.stream_sid, self._chunk, frame))
+            await self._send_audio(frame)
             if realtime:
                 delay = start + (index // ULAW_FRAME_BYTES + 1) * 0.02 - time.monotonic()
                 if delay > 0:
@@ -152,9 +157,8 @@ class Phone:
     async def hang_up(self, *, stop: bool = True) -> None:
         """`stop` (when the carrier sends one) then close, or just drop the connection."""
         assert self.ws is not None
-        frame = self.dialect.stop(self.stream_sid, self.call_sid)
-        if stop and frame is not None:
-            await self.send(frame)
+        if stop:
+            await self._send_stop()
         await self.ws.close()
         if self._reader is not None:
             self._reader.cancel()
@@ -168,64 +172,91 @@ class Phone:
     async def _read_frames(self) -> None:
         assert self.ws is not None
         async for raw in self.ws:
-            message = json.loads(raw)
-            self.inbound.append(message)
-            kind, value = self.dialect.read(message)
-            now = time.monotonic()
-            if kind == "media":
-                assert isinstance(value, bytes)
-                audio = value
-                if self._first_media is None:
-                    self._first_media = now
-                elif now > self._play_until:
-                    self._gaps.append(now - self._play_until)
-                self._play_until = max(self._play_until, now) + ulaw_ms(audio) / 1000 / self.speed
-                self._audio.extend(audio)
-                self._unmarked_ms += ulaw_ms(audio)
-            elif kind == "mark":
-                assert isinstance(value, str)
-                name = value
-                utterance = Utterance(
-                    name, self._unmarked_ms, began_at=self._first_media,
-                    gaps=self._gaps, audio=bytes(self._audio),
-                )
-                self._unmarked_ms = 0
-                self._gaps = []
-                self._audio = bytearray()
-                self.utterances.append(utterance)
-                self._first_media = None
-                if self.play:
-                    self._timers[name] = asyncio.create_task(
-                        self._return_mark(utterance, self._play_until - now)
-                    )
-            elif kind == "clear":
-                self.clears.append(now)
-                if self._unmarked_ms:
-                    # Sent at the pace it plays, a cut utterance's mark never came: its
-                    # audio so far is kept under the mark CUT.
-                    self.utterances.append(Utterance(
-                        CUT, self._unmarked_ms, returned_at=now, flushed=True,
-                        began_at=self._first_media, gaps=self._gaps, audio=bytes(self._audio),
-                    ))
-                self._play_until = now
-                self._unmarked_ms = 0
-                self._first_media = None
-                self._gaps = []
-                self._audio = bytearray()
-                # Twilio and Telnyx echo every pending mark when the buffer is cleared;
-                # Plivo drops its pending checkpoints and says `clearedAudio`.
-                for utterance in self.utterances:
-                    if utterance.returned_at is None and not utterance.flushed:
-                        timer = self._timers.pop(utterance.mark, None)
-                        if timer is not None:
-                            timer.cancel()
-                        utterance.flushed = True
-                        if self.dialect.echoes_marks_on_clear:
-                            await self._mark(utterance)
-                cleared = self.dialect.cleared(self.stream_sid)
-                if cleared is not None:
-                    await self.send(cleared)
+            await self._receive(raw)
             self._changed.set()
+
+    async def _send_audio(self, frame: bytes) -> None:
+        """One 20 ms frame of the caller's μ-law audio, in this carrier's frame."""
+        await self.send(self.dialect.media(self.stream_sid, self._chunk, frame))
+
+    async def _send_stop(self) -> None:
+        """The carrier's hang-up frame, if it sends one."""
+        frame = self.dialect.stop(self.stream_sid, self.call_sid)
+        if frame is not None:
+            await self.send(frame)
+
+    async def _send_mark(self, name: str) -> None:
+        """A mark going back: its audio has played."""
+        await self.send(self.dialect.mark(self.stream_sid, name))
+
+    async def _receive(self, raw: str | bytes) -> None:
+        """One frame from the surface, in this carrier's format."""
+        message = json.loads(raw)
+        self.inbound.append(message)
+        kind, value = self.dialect.read(message)
+        now = time.monotonic()
+        if kind == "media":
+            assert isinstance(value, bytes)
+            self._heard_media(value, now)
+        elif kind == "mark":
+            assert isinstance(value, str)
+            self._heard_mark(value, now)
+        elif kind == "clear":
+            await self._heard_clear(now)
+
+    def _heard_media(self, audio: bytes, now: float) -> None:
+        """Agent audio (μ-law 8 kHz) arrived: it plays after what is queued."""
+        if self._first_media is None:
+            self._first_media = now
+        elif now > self._play_until:
+            self._gaps.append(now - self._play_until)
+        self._play_until = max(self._play_until, now) + ulaw_ms(audio) / 1000 / self.speed
+        self._audio.extend(audio)
+        self._unmarked_ms += ulaw_ms(audio)
+
+    def _heard_mark(self, name: str, now: float) -> None:
+        """A mark after the audio so far: it goes back once that audio has played."""
+        utterance = Utterance(
+            name, self._unmarked_ms, began_at=self._first_media,
+            gaps=self._gaps, audio=bytes(self._audio),
+        )
+        self._unmarked_ms = 0
+        self._gaps = []
+        self._audio = bytearray()
+        self.utterances.append(utterance)
+        self._first_media = None
+        if self.play:
+            self._timers[name] = asyncio.create_task(
+                self._return_mark(utterance, self._play_until - now)
+            )
+
+    async def _heard_clear(self, now: float) -> None:
+        """A clear: queued audio is dropped; pending marks go back at once on carriers that
+        echo them (Twilio, Telnyx), never on those that do not (Plivo)."""
+        self.clears.append(now)
+        if self._unmarked_ms:
+            # Sent at the pace it plays, a cut utterance's mark never came: its
+            # audio so far is kept under the mark CUT.
+            self.utterances.append(Utterance(
+                CUT, self._unmarked_ms, returned_at=now, flushed=True,
+                began_at=self._first_media, gaps=self._gaps, audio=bytes(self._audio),
+            ))
+        self._play_until = now
+        self._unmarked_ms = 0
+        self._first_media = None
+        self._gaps = []
+        self._audio = bytearray()
+        for utterance in self.utterances:
+            if utterance.returned_at is None and not utterance.flushed:
+                timer = self._timers.pop(utterance.mark, None)
+                if timer is not None:
+                    timer.cancel()
+                utterance.flushed = True
+                if self.dialect.echoes_marks_on_clear:
+                    await self._mark(utterance)
+        cleared = self.dialect.cleared(self.stream_sid)
+        if cleared is not None:
+            await self.send(cleared)
 
     async def _return_mark(self, utterance: Utterance, delay: float) -> None:
         await asyncio.sleep(max(delay, 0.0))
@@ -235,7 +266,7 @@ class Phone:
         utterance.returned_at = time.monotonic()
         self._timers.pop(utterance.mark, None)
         self._changed.set()
-        await self.send(self.dialect.mark(self.stream_sid, utterance.mark))
+        await self._send_mark(utterance.mark)
 
     def media_ms(self) -> int:
         """Agent audio received so far."""

@@ -39,17 +39,17 @@ class StreamRefused(Exception):
         self.reason = reason
 
 
-class TicketKeys(Protocol):
-    """A carrier's trust as call tickets need it: whether its requests are signed, and the
-    key its tickets are issued and checked with (`TrustSettings` is Twilio's)."""
+class TicketTrust(Protocol):
+    """Whose call tickets a start must carry: Twilio's `TrustSettings`, or another
+    carrier's (`carrier_settings.CarrierTrust`)."""
 
     @property
     def signed(self) -> bool:
-        """Whether the carrier's requests are checked (a ticket is then required)."""
+        """Whether the carrier's requests are checked (otherwise local peers only)."""
 
     @property
     def ticket_key(self) -> bytes:
-        """The HMAC key of the carrier's call tickets."""
+        """The key its webhook's tickets are made with."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,8 +63,8 @@ class CallStart:
     params: dict[str, str]
     # A loopback peer with no proxy in between (may open sessions without an auth token).
     local: bool
-    # The carrier's ticket trust; None is Twilio's (`telephony.trust`).
-    trust: TicketKeys | None = None
+    # The carrier's trust; None is Twilio's (`telephony.trust`).
+    trust: TicketTrust | None = None
 
 
 async def start_call(telephony: Telephony, wire: CallWire, start: CallStart) -> Call:
@@ -74,7 +74,7 @@ async def start_call(telephony: Telephony, wire: CallWire, start: CallStart) -> 
         raise StreamRefused(4403, "not_ready")
     params = start.params
     call_sid = re.sub(r"[^A-Za-z0-9_-]", "", start.call_id)[:64] or telephony.ids.new("CA")
-    trust: TicketKeys = telephony.trust if start.trust is None else start.trust
+    trust: TicketTrust = start.trust or telephony.trust
     nonce: str | None = None
     if trust.signed and params.get(TICKET):
         # Present: it must be ours, for this call and exactly these parameters.

@@ -1,7 +1,9 @@
-"""The audio edge: every conversion between Twilio's μ-law and the PCM16 engines use.
+"""The audio edge: every conversion between the call's μ-law and the PCM16 others use.
 
-Twilio Media Streams carry μ-law, 8 kHz, mono, in 20 ms frames (160 bytes). VAD works on
-PCM16 at 8 kHz; STT engines usually want 16 kHz; espeak-ng writes 22.05 kHz WAV.
+A call works in μ-law, 8 kHz, mono (Twilio Media Streams carry it as is, in 20 ms frames of
+160 bytes). Carriers that stream 16-bit linear PCM (Vonage's L16 at 8 or 16 kHz, Exotel's
+8 kHz slin) are converted here, per call, by a `LinearLine`. VAD works on PCM16 at 8 kHz;
+STT engines usually want 16 kHz; espeak-ng writes 22.05 kHz WAV.
 """
 
 from __future__ import annotations
@@ -92,6 +94,28 @@ def upsample_8k_to_16k(pcm16: bytes) -> bytes:
 def downsample_16k_to_8k(pcm16: bytes) -> bytes:
     """What the phone needs from a 16 kHz engine."""
     return resample(pcm16, 16000, RATE)
+
+
+class LinearLine:
+    """One call's conversion between a carrier's 16-bit little-endian linear PCM at `rate`
+    and the call's μ-law 8 kHz, both ways, each direction keeping its own filter state."""
+
+    def __init__(self, rate: int) -> None:
+        self.rate = rate
+        self._inbound = Resampler(rate, RATE)
+        self._outbound = Resampler(RATE, rate)
+
+    def to_ulaw(self, pcm16: bytes) -> bytes:
+        """Caller audio from the carrier, as the call hears it."""
+        return pcm16_to_ulaw(self._inbound.convert(pcm16))
+
+    def from_ulaw(self, ulaw: bytes) -> bytes:
+        """The agent's audio, as the carrier plays it."""
+        return self._outbound.convert(ulaw_to_pcm16(ulaw))
+
+    def pcm_bytes(self, ms: int) -> int:
+        """How many bytes `ms` of audio is on the carrier's side."""
+        return self.rate * ms // 1000 * SAMPLE_WIDTH
 
 
 class FrameSplitter:

@@ -18,7 +18,7 @@ from typing import Protocol
 from fastapi import WebSocket, WebSocketDisconnect
 
 from .call import FRAMES_REJECTED, Call
-from .call_start import CallStart, StreamRefused, TicketKeys, end_call, start_call
+from .call_start import CallStart, StreamRefused, TicketTrust, end_call, start_call
 from .stream_frames import (
     FrameError,
     StreamDtmf,
@@ -30,7 +30,7 @@ from .stream_frames import (
     StreamStop,
 )
 from .telephony import Telephony
-from .wire import CallWire
+from .wire import CallWire, SelfTimedWire
 
 log = logging.getLogger(__name__)
 
@@ -59,11 +59,11 @@ class _Stream:
     websocket: WebSocket
     # A loopback peer with no proxy in between (may open sessions without an auth token).
     local: bool = False
-    # The carrier's ticket trust (None: Twilio's, `telephony.trust`).
-    trust: TicketKeys | None = None
     call: Call | None = None
     early: dict[str, int] = field(default_factory=dict)
     refused: int = 4404
+    # Whose call tickets open a session here (None: Twilio's).
+    trust: TicketTrust | None = None
 
     def reject(self, reason: str) -> None:
         if self.call is not None:
@@ -120,15 +120,23 @@ class _Stream:
         start = CallStart(
             call_id=frame.call_id, params=frame.params, local=self.local, trust=self.trust
         )
-        return await start_call(telephony, wire, start)
+        call = await start_call(telephony, wire, start)
+        if isinstance(wire, SelfTimedWire):
+            # A carrier without marks: its wire says when the audio before a mark has played.
+            wire.played_to(call.on_mark)
+        return call
 
 
 async def run_stream(
-    telephony: Telephony, carrier: Carrier, websocket: WebSocket, *, local: bool,
-    trust: TicketKeys | None = None,
+    telephony: Telephony,
+    carrier: Carrier,
+    websocket: WebSocket,
+    *,
+    local: bool,
+    trust: TicketTrust | None = None,
 ) -> None:
     """Read an accepted stream until it stops, is refused or goes; the call ends with it.
-    `trust` is the carrier's ticket trust (None: Twilio's)."""
+    `trust` is the carrier's (whose tickets open sessions); None is Twilio's."""
     state = _Stream(telephony, carrier, websocket, local=local, trust=trust)
     reason = "disconnected"
     try:

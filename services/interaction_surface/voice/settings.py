@@ -15,6 +15,8 @@ defaults are unchanged:
   `HOLDLINE_CALL_TICKET_TTL_S`, `HOLDLINE_REQUIRE_TWILIO_AUTH`);
 - `telnyx_trust_from_env` (`TELNYX_PUBLIC_KEY`, `HOLDLINE_TELNYX_TICKET_SECRET`),
   `plivo_trust_from_env` (`PLIVO_AUTH_TOKEN`).
+- the other carriers: `CarrierSettings.from_env` (`VONAGE_*`, `HOLDLINE_VONAGE_AUDIO_RATE`,
+  `EXOTEL_STREAM_*`).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 from libs.config import env_bool, env_float, env_int, env_str
 
+from .carrier_settings import CarrierSettings
 from .engines.base import SpeechError
 from .engines.deepgram import DeepgramConfig
 from .floor import DEFAULT_BACKCHANNELS, FloorConfig, normalise
@@ -139,6 +142,8 @@ class VoiceSettings:
     # Read only when `tts` or `stt` is `deepgram` and a key is set: without one, building
     # the engine at start-up fails, as it always did.
     deepgram: DeepgramConfig | None = None
+    # The carriers beyond Twilio (Vonage, Exotel): `carrier_settings`.
+    carriers: CarrierSettings = field(default_factory=CarrierSettings)
 
     def deepgram_config(self) -> DeepgramConfig:
         """The Deepgram engine's configuration (SpeechError without `DEEPGRAM_API_KEY`)."""
@@ -154,8 +159,9 @@ class VoiceSettings:
         stt = env_str("HOLDLINE_STT", "pocketsphinx")
         chosen = "deepgram" in (tts, stt) and env_str("DEEPGRAM_API_KEY", "")
         deepgram = deepgram_from_env() if chosen else None
+        trust = trust_from_env()
         return cls(
-            trust=trust_from_env(),
+            trust=trust,
             telnyx=telnyx_trust_from_env(),
             plivo=plivo_trust_from_env(),
             vad=vad_from_env(),
@@ -169,4 +175,5 @@ class VoiceSettings:
             playout_lead_ms=env_int("HOLDLINE_PLAYOUT_LEAD_MS", 160),
             call_owner_ttl_s=env_float("HOLDLINE_CALL_OWNER_TTL_S", 10.0),
             deepgram=deepgram,
+            carriers=CarrierSettings.from_env(trust.ticket_ttl_s),
         )

@@ -9,7 +9,8 @@ transport's loop decodes its own frames at its edge and calls the call's `on_med
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Callable
+from typing import Protocol, runtime_checkable
 
 
 class CallWire(Protocol):
@@ -23,3 +24,13 @@ class CallWire(Protocol):
 
     async def send_clear(self) -> None:
         """Flush every piece of audio the peer has queued and not yet played."""
+
+
+@runtime_checkable
+class SelfTimedWire(Protocol):
+    """A wire whose carrier returns no marks (Vonage): it times the audio it sends and
+    reports each mark itself once the audio before it has had time to play, or at once when
+    a clear drops it (the stream loop hands it the call's `on_mark`)."""
+
+    def played_to(self, on_mark: Callable[[str], None]) -> None:
+        """Where the wire reports its marks."""

@@ -29,6 +29,7 @@ from .engines.espeak import EspeakTts
 from .engines.pocketsphinx import PocketsphinxStt
 from .engines.registry import register_stt, register_tts, stt_named, tts_named
 from .engines.vocabulary import SpeechVocabulary
+from .exotel import add_exotel_routes
 from .ownership import CallOwnership
 from .playback import Settled
 from .plivo import add_plivo_routes
@@ -38,6 +39,7 @@ from .telephony import Telephony, VoiceStarted
 from .telnyx import add_telnyx_routes
 from .trust import CLAIM_MARGIN_S
 from .twilio import add_telephony_routes, opened_session_event
+from .vonage import add_vonage_routes
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +81,12 @@ def install_voice(
         trust=settings.trust,
         voice=settings,
     )
+    # One routes module per carrier, each over the same stream loop (`media_stream`).
     add_telephony_routes(app.router, telephony)
     add_telnyx_routes(app.router, telephony)
     add_plivo_routes(app.router, telephony)
+    add_vonage_routes(app.router, telephony)
+    add_exotel_routes(app.router, telephony)
     return telephony
 
 
