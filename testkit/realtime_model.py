@@ -253,6 +253,8 @@ class RealtimeModelServer:
     what the SDK's model config `url` takes; `await server.line(n)` is the nth connection."""
 
     speed: float = 4.0
+    # 0: any free port; a fixed one lets a long-lived agent process reach each test's server.
+    port: int = 0
     lines: list[Line] = field(default_factory=list)
     _server: Server | None = None
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -265,7 +267,7 @@ class RealtimeModelServer:
         return f"ws://127.0.0.1:{port}/v1/realtime?model=gpt-realtime"
 
     async def __aenter__(self) -> RealtimeModelServer:
-        self._server = await serve(self._handle, "127.0.0.1", 0)
+        self._server = await serve(self._handle, "127.0.0.1", self.port)
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
