@@ -7,6 +7,14 @@ import asyncio
 from typing import Any
 
 import pytest
+from agents.realtime.events import (
+    RealtimeAudio,
+    RealtimeAudioInterrupted,
+    RealtimeEventInfo,
+    RealtimeRawModelEvent,
+)
+from agents.realtime.model_events import RealtimeModelAudioEvent, RealtimeModelRawServerEvent
+from agents.run_context import RunContextWrapper
 
 from holdline.client import DeliverySay, ToolCall, ToolCallResult, ToolCallsResponse
 from holdline.integrations._realtime_parts import (
@@ -107,3 +115,83 @@ async def test_a_malformed_call_goes_to_the_apology_never_to_holdline() -> None:
     good = await bridge.call("call_3", "provision_access", '{"accesses":["x"]}')
     assert good == "Accepted: started"
     assert [c.arguments for c in session.calls] == ['{"accesses":["x"]}']
+
+
+class _RecordingSession:
+    """A `SessionClient` stand-in that records acks and signals."""
+
+    def __init__(self) -> None:
+        self.acks: list[tuple[str, str, str | None]] = []
+        self.signals: list[dict[str, bool]] = []
+
+    async def ack(self, delivery_id: str, status: str, heard_text: str | None = None,
+                  turn_id: str | None = None) -> None:
+        self.acks.append((delivery_id, status, heard_text))
+
+    async def signal(self, **fact: bool) -> None:
+        self.signals.append(fact)
+
+
+def _raw(data: dict[str, Any]) -> Any:
+    return RealtimeRawModelEvent(data=RealtimeModelRawServerEvent(data=data),
+                                 info=RealtimeEventInfo(context=RunContextWrapper(None)))
+
+
+def _audio(response_id: str, item_id: str, size: int) -> Any:
+    audio = RealtimeModelAudioEvent(data=b"\x7f" * size, response_id=response_id,
+                                    item_id=item_id, content_index=0)
+    return RealtimeAudio(audio=audio, item_id=item_id, content_index=0,
+                         info=RealtimeEventInfo(context=RunContextWrapper(None)))
+
+
+def _interrupted(item_id: str) -> Any:
+    return RealtimeAudioInterrupted(item_id=item_id, content_index=0,
+                                    info=RealtimeEventInfo(context=RunContextWrapper(None)))
+
+
+async def _saying(text: str) -> tuple[HoldlineRealtime, _RecordingSession, Outgoing]:
+    session = _RecordingSession()
+    bridge = HoldlineRealtime(session)  # type: ignore[arg-type]
+    bridge.tracker.set_audio_format("g711_ulaw")
+    bridge._acks.start()
+    bridge._signals.start()
+    outgoing = Outgoing(_say(text))
+    bridge._current = outgoing
+    await bridge.observe(_raw({"type": "response.created", "response": {
+        "id": "r1", "metadata": {"holdline_delivery_id": "d1"}}}))
+    for word in text.split():
+        await bridge.observe(_raw({"type": "response.output_audio_transcript.delta",
+                                   "response_id": "r1", "delta": word + " "}))
+        await bridge.observe(_audio("r1", "i1", 2400))  # 300 ms a word
+    await bridge.observe(_raw({"type": "response.done", "response": {"id": "r1"}}))
+    return bridge, session, outgoing
+
+
+async def test_a_closing_played_to_its_end_is_spoken() -> None:
+    bridge, session, outgoing = await _saying("access to notion is ready")
+    bridge.tracker.on_play_ms("i1", 0, 1200)
+    assert not outgoing.finished  # 300 ms still to play
+    bridge.tracker.on_play_ms("i1", 0, 300)
+    await bridge._acks.drain(1.0)
+    assert session.acks == [("d1", "started", None), ("d1", "spoken", None)]
+    await bridge._acks.stop()
+    await bridge._signals.drain(1.0)
+    await bridge._signals.stop()
+    assert session.signals[0] == {"agent_speaking": True}
+    assert session.signals[-1] == {"agent_speaking": False}
+
+
+async def test_a_closing_cut_by_a_barge_in_is_unheard_with_the_words_heard() -> None:
+    bridge, session, outgoing = await _saying("access to notion is ready")
+    await bridge.observe(_raw({"type": "input_audio_buffer.speech_started"}))
+    bridge.tracker.on_play_ms("i1", 0, 650)
+    bridge.tracker.on_interrupted()  # the SDK resets its tracker before the app sees the cut
+    await bridge.observe(_interrupted("i1"))
+    bridge.tracker.on_play_ms("i1", 0, 900)  # a mark echoed after the cut changes nothing
+    await bridge._acks.drain(1.0)
+    assert session.acks == [("d1", "started", None), ("d1", "unheard", "access to")]
+    assert outgoing.finished
+    await bridge._acks.stop()
+    await bridge._signals.drain(1.0)
+    await bridge._signals.stop()
+    assert {"user_speaking": True} in session.signals
