@@ -269,6 +269,9 @@ class HoldlineRealtime:
 
     def _check_idle(self) -> None:
         if not self._responding and not self._playing():
+            # Nothing is generating and everything played: forget the items (a long call
+            # would otherwise keep one entry per reply).
+            self._received.clear()
             self._signals.send(agent_speaking=False)
 
     def _finish(self, outgoing: Outgoing, *, spoken: bool) -> None:
