@@ -65,8 +65,11 @@ class ClockPlayer:
                 self.tracker.on_play_bytes(item_id, index, audio)
 
 
-async def run(holdline_url: str, turns: list[str], seconds: float, url: str | None) -> None:
-    """Open a holdline session, run one Realtime session over it, send `turns`."""
+async def run(
+    holdline_url: str, turns: list[str], seconds: float, url: str | None
+) -> tuple[str, str]:
+    """Open a holdline session, run one Realtime session over it, send `turns`; the
+    session's id and token."""
     async with HoldlineClient(holdline_url, api_key=os.environ.get("HOLDLINE_API_KEY")) as hl:
         session = await hl.create_session(user_id="realtime-local")
         bridge = HoldlineRealtime(session)
@@ -100,6 +103,7 @@ async def run(holdline_url: str, turns: list[str], seconds: float, url: str | No
             pump.cancel()
             await player.stop()
         await bridge.aclose()
+        return session.session_id, session.token
 
 
 def main() -> None:

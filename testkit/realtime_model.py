@@ -5,6 +5,8 @@ Every client event is validated against the `openai` package's `RealtimeClientEv
 every server event against its `RealtimeServerEvent` before it is sent, so the SDK under
 test speaks the real protocol to a server that does too. The model is scripted by the test:
 
+- a typed user message (`send_message`) asking for "access to NAME" gets a
+  `provision_access` call for NAME;
 - `caller_starts()` / `caller_stops(transcript, call=...)`: the server VAD's view of the
   caller (`input_audio_buffer.speech_started/stopped`, the committed user item, its
   transcription) and, on stop, the model's answer: the function call given, else a
@@ -67,6 +69,7 @@ class Line:
     _response: asyncio.Task[None] | None = None
     _audio_ms: int = 0
     _last_output: str = ""
+    _typed: str = ""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     # -- the test's side ------------------------------------------------------------------
@@ -155,9 +158,18 @@ class Line:
             await self._emit({"type": "conversation.item.added", "item": item})
             if item.get("type") == "function_call_output":
                 self._last_output = str(item.get("output", ""))
+            elif item.get("role") == "user":
+                self._typed = " ".join(str(part.get("text", "")) for part in item["content"])
         elif kind == "response.create":
             response = event.get("response") or {}
             instructions = str(response.get("instructions") or "")
+            typed, self._typed = self._typed, ""
+            if "access to " in typed and not instructions:
+                # A typed request: the model calls the tool for the name after "access to".
+                name = typed.rsplit("access to ", 1)[1].split()[0].strip(".,")
+                self._start(self._function_call(
+                    "provision_access", json.dumps({"accesses": [name]})))
+                return
             if _SAY_MARKER in instructions:
                 text = instructions.rsplit(_SAY_MARKER, 1)[1].strip()
             elif instructions:

@@ -20,6 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
+from examples.openai_realtime_local import run as run_local
 from holdline.client import HoldlineClient, SessionClient
 from testkit.phone import Phone
 from testkit.processes import ROOT, free_port
@@ -290,3 +291,21 @@ async def test_malformed_calls_from_the_model_get_an_apology_and_admit_nothing(
     assert (await session.snapshot())["operations"] == []
     assert await effects(stack, name) == 0
     assert line.invalid == []
+
+
+async def test_the_minimal_example_without_a_phone_hears_its_closing(
+    stack: SurfaceStack, hl: HoldlineClient
+) -> None:
+    name = unique("linear")
+    async with RealtimeModelServer() as server:
+        session_id, token = await run_local(
+            stack.url, [f"give me access to {name}"], seconds=8.0, url=server.url
+        )
+        [line] = server.lines
+    session = hl.session(session_id, token)
+    spoken = await eventually(lambda: delivery(session, "spoken"), timeout_s=10)
+    [asked] = closings_asked(line)
+    assert asked.event["response"]["metadata"][DELIVERY_KEY] == spoken["delivery_id"]
+    assert line.outputs()[0].startswith("Accepted: provision_access")
+    assert line.invalid == []
+    assert await effects(stack, name) == 1
