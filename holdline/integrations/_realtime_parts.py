@@ -14,6 +14,8 @@ from agents.realtime.config import RealtimeAudioFormat
 
 from holdline.client import DeliverySay
 
+from ._common import SpeakMode, facts_prompt
+
 # The marker line the closing's instructions end with; the words after it are the closing.
 SAY_MARKER = "Say exactly this to the caller, word for word, and nothing else:"
 # What the model hears as the tool's result when the call itself was malformed: no
@@ -90,8 +92,11 @@ class Outgoing:
         return " ".join(words[: int(len(words) * share)])
 
 
-def instructions_for(say: DeliverySay) -> str:
-    """The response's instructions: say holdline's closing, word for word."""
+def instructions_for(say: DeliverySay, speak: SpeakMode = "text") -> str:
+    """The response's instructions: holdline's closing word for word, or (`speak="model"`)
+    the facts for the session's own model to phrase."""
+    if speak == "model" and say.facts:
+        return facts_prompt(say.text, say.facts)
     return f"{SAY_MARKER}\n{say.text}"
 
 

@@ -25,7 +25,8 @@ durable tools, the caller's clocks, playback truth, and closings said when holdl
   is idle (no response generating, everything played), then is sent as a `response.create`
   whose instructions are the closing and whose metadata carries the delivery id. It stays
   in the conversation (so the model knows the caller was told, and a barge-in truncates it
-  to what played), and the SDK queues it behind any response in flight.
+  to what played), and the SDK queues it behind any response in flight. With
+  `speak="model"` the instructions are the facts, for the session's model to phrase.
 - Playback truth: `tracker` (a `RealtimePlaybackTracker`) is fed by the app's player (for a
   phone, Twilio's returned marks). `spoken` once all of the closing's audio played;
   `unheard` with the words heard when the SDK reports the audio interrupted (a barge-in),
@@ -49,7 +50,7 @@ from agents.tool_context import ToolContext
 
 from holdline.client import AckStatus, AgentStream, DeliverySay, SessionClient, ToolCall
 
-from ._common import Outbox, SignalPump, ToolSpec, agent_tools, call_tool, log
+from ._common import Outbox, SignalPump, SpeakMode, ToolSpec, agent_tools, call_tool, log
 from ._realtime_parts import (
     APOLOGY_OUTPUT,
     HeardTracker,
@@ -59,7 +60,7 @@ from ._realtime_parts import (
     malformed,
 )
 
-__all__ = ["HeardTracker", "HoldlineRealtime", "audio_ms"]
+__all__ = ["HeardTracker", "HoldlineRealtime", "SpeakMode", "audio_ms"]
 
 # The metadata key a closing's response carries.
 DELIVERY_KEY = "holdline_delivery_id"
@@ -75,6 +76,7 @@ class HoldlineRealtime:
         session: SessionClient,
         *,
         after: int | None = None,
+        speak: SpeakMode = "text",
         tracker: HeardTracker | None = None,
         admission_grace_s: float = 10.0,
     ) -> None:
@@ -82,6 +84,7 @@ class HoldlineRealtime:
         self.tracker = tracker or HeardTracker()
         self.tracker.listeners.append(self._on_played)
         self._after = after
+        self._speak = speak
         self._grace_s = admission_grace_s
         self._signals = SignalPump(session)
         self._acks = Outbox("holdline-acks")
@@ -312,7 +315,7 @@ class HoldlineRealtime:
         self._current = outgoing
         self._finished.clear()
         await self._send_response(
-            instructions_for(say), metadata={DELIVERY_KEY: say.delivery_id}
+            instructions_for(say, self._speak), metadata={DELIVERY_KEY: say.delivery_id}
         )
         try:
             await asyncio.wait_for(self._finished.wait(), SAY_TIMEOUT_S)

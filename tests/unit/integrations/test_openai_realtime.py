@@ -16,7 +16,7 @@ from agents.realtime.events import (
 from agents.realtime.model_events import RealtimeModelAudioEvent, RealtimeModelRawServerEvent
 from agents.run_context import RunContextWrapper
 
-from holdline.client import DeliverySay, ToolCall, ToolCallResult, ToolCallsResponse
+from holdline.client import DeliverySay, Fact, ToolCall, ToolCallResult, ToolCallsResponse
 from holdline.integrations._realtime_parts import (
     HeardTracker,
     Outgoing,
@@ -65,6 +65,12 @@ def test_the_tracker_remembers_what_played_across_an_interruption() -> None:
     assert audio_ms({"type": "audio/pcmu"}, 800) == 100
     assert audio_ms("pcm16", 4800) == 100
     assert instructions_for(_say("Done.")).endswith("nothing else:\nDone.")
+    facts = [Fact(operation_id="op1", tool="provision_access", status="committed",
+                  summary="notion granted")]
+    say = DeliverySay(seq=1, delivery_id="d1", batch_id="b1", text="Done.", facts=facts,
+                      priority="normal", interrupt=False)
+    assert "- provision_access (committed): notion granted" in instructions_for(say, "model")
+    assert "nothing else:" not in instructions_for(say, "model")
 
 
 class _SlowSession:
