@@ -325,7 +325,13 @@ class HoldlineRealtime:
             self._current = None
 
     async def _wait_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SAY_TIMEOUT_S
         while self._responding or self._playing() or not self._user_quiet.is_set():
+            if loop.time() > deadline and self._user_quiet.is_set():
+                # Audio that never finishes playing: the app is not feeding `tracker`.
+                log.warning("realtime: audio never finished playing; is bridge.tracker fed?")
+                return
             self._changed.clear()
             # Bounded: the tracker may be fed without telling us (a player of the app's own).
             with contextlib.suppress(TimeoutError):
