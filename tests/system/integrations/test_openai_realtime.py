@@ -237,7 +237,11 @@ async def test_a_killed_agent_keeps_the_operation_and_the_next_call_hears_the_cl
     name = unique("figma")
     await fault(stack, match=name, latency_ms=1500, times=1)
     async with RealtimeModelServer() as server:
-        with running_agent(stack, server.url, logs) as first:
+        # The replacement process is started ahead (its imports take seconds on a loaded
+        # machine), so the next call comes while holdline still waits for a proactive
+        # window, as a supervisor restarting the agent would have it back.
+        with running_agent(stack, server.url, logs) as first, \
+                running_agent(stack, server.url, logs) as restarted:
             phone, line = await call(first, session, server, 0)
             await line.caller_starts()
             await line.caller_stops(f"give me access to {name}", call=asks_for(name))
@@ -245,10 +249,9 @@ async def test_a_killed_agent_keeps_the_operation_and_the_next_call_hears_the_cl
             assert not await committed(session)
             first.kill9()
             await phone.hang_up(stop=False)
-        # The operation completes while no agent is up: holdline owns it.
-        await eventually(lambda: committed(session), timeout_s=30)
-        assert closings_asked(line) == []
-        with running_agent(stack, server.url, logs) as restarted:
+            # The operation completes while no agent is up: holdline owns it.
+            await eventually(lambda: committed(session), timeout_s=30)
+            assert closings_asked(line) == []
             phone, second = await call(restarted, session, server, 1)
             try:
                 spoken = await eventually(lambda: delivery(session, "spoken"), timeout_s=30)
