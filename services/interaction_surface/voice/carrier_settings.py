@@ -1,4 +1,7 @@
-"""The secrets of the carriers beyond Twilio (`CarrierTrust`), read once at start-up.
+"""The secrets of the carriers beyond Twilio (`CarrierSettings`), read once at start-up.
+
+Telnyx's and Plivo's are their own modules' (`telnyx_trust`, `plivo_trust`: each checks its
+carrier's signature); Vonage's and Exotel's are here.
 
 Each carrier signs (or authenticates) its requests its own way, and each one's secret also
 keys the call tickets its webhook issues, so a ticket one carrier's webhook issued opens
@@ -22,6 +25,8 @@ from dataclasses import dataclass, field
 
 from libs.config import env_int, env_str
 
+from .plivo_trust import PlivoTrust, plivo_trust_from_env
+from .telnyx_trust import TelnyxTrust, telnyx_trust_from_env
 from .trust import TelephonyMisconfigured
 
 _VONAGE_LABEL = b"holdline vonage call ticket v1"
@@ -120,6 +125,8 @@ class ExotelSettings:
 class CarrierSettings:
     """Every carrier beyond Twilio (Twilio's are `TrustSettings`)."""
 
+    telnyx: TelnyxTrust = field(default_factory=TelnyxTrust)
+    plivo: PlivoTrust = field(default_factory=PlivoTrust)
     vonage: VonageSettings = field(default_factory=VonageSettings)
     exotel: ExotelSettings = field(default_factory=ExotelSettings)
 
@@ -128,6 +135,8 @@ class CarrierSettings:
         """Read the environment once, at start-up (the tickets' lifetime is Twilio's:
         `HOLDLINE_CALL_TICKET_TTL_S`)."""
         return cls(
+            telnyx=telnyx_trust_from_env(),
+            plivo=plivo_trust_from_env(),
             vonage=VonageSettings.from_env(ticket_ttl_s),
             exotel=ExotelSettings.from_env(ticket_ttl_s),
         )

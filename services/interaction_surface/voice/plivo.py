@@ -52,7 +52,7 @@ def add_plivo_routes(router: APIRouter, telephony: Telephony) -> None:
         pairs = await webhook_form(request)
         if isinstance(pairs, Response):
             return pairs
-        trust = telephony.voice.plivo
+        trust = telephony.voice.carriers.plivo
         peer = request.client.host if request.client else None
         url = public_url(telephony.trust, str(request.url), peer, request.headers)
         if trust.signed:
@@ -90,5 +90,5 @@ def add_plivo_routes(router: APIRouter, telephony: Telephony) -> None:
         await websocket.accept()
         await run_stream(
             telephony, _PLIVO, websocket, local=is_local(peer, websocket.headers),
-            trust=telephony.voice.plivo,
+            trust=telephony.voice.carriers.plivo,
         )

@@ -13,9 +13,8 @@ defaults are unchanged:
   `floor_from_env` (`HOLDLINE_BACKCHANNEL*`, `HOLDLINE_STT_CONFIRM_*`),
   `trust_from_env` (`TWILIO_*`, `HOLDLINE_PUBLIC_URL`, `HOLDLINE_TRUSTED_PROXIES`,
   `HOLDLINE_CALL_TICKET_TTL_S`, `HOLDLINE_REQUIRE_TWILIO_AUTH`);
-- `telnyx_trust_from_env` (`TELNYX_PUBLIC_KEY`, `HOLDLINE_TELNYX_TICKET_SECRET`),
-  `plivo_trust_from_env` (`PLIVO_AUTH_TOKEN`).
-- the other carriers: `CarrierSettings.from_env` (`VONAGE_*`, `HOLDLINE_VONAGE_AUDIO_RATE`,
+- the other carriers: `CarrierSettings.from_env` (`TELNYX_PUBLIC_KEY`,
+  `HOLDLINE_TELNYX_TICKET_SECRET`, `PLIVO_AUTH_TOKEN`, `VONAGE_*`, `HOLDLINE_VONAGE_AUDIO_RATE`,
   `EXOTEL_STREAM_*`).
 """
 
@@ -29,8 +28,6 @@ from .carrier_settings import CarrierSettings
 from .engines.base import SpeechError
 from .engines.deepgram import DeepgramConfig
 from .floor import DEFAULT_BACKCHANNELS, FloorConfig, normalise
-from .plivo_trust import PlivoTrust, plivo_trust_from_env
-from .telnyx_trust import TelnyxTrust, telnyx_trust_from_env
 from .trust import TelephonyMisconfigured, TrustSettings, parse_networks, parse_shared_keys
 from .vad import VadConfig
 
@@ -116,9 +113,6 @@ class VoiceSettings:
     surface's `Settings.from_env`."""
 
     trust: TrustSettings = field(default_factory=TrustSettings)
-    # Telnyx's and Plivo's signatures and call-ticket keys (`telnyx_trust`, `plivo_trust`).
-    telnyx: TelnyxTrust = field(default_factory=TelnyxTrust)
-    plivo: PlivoTrust = field(default_factory=PlivoTrust)
     vad: VadConfig = field(default_factory=VadConfig)
     floor: FloorConfig = field(default_factory=FloorConfig)
     # The speech synthesis engine (`espeak`, `deepgram`, or one a speech module registers).
@@ -162,8 +156,6 @@ class VoiceSettings:
         trust = trust_from_env()
         return cls(
             trust=trust,
-            telnyx=telnyx_trust_from_env(),
-            plivo=plivo_trust_from_env(),
             vad=vad_from_env(),
             floor=floor_from_env(),
             tts=tts,

@@ -53,7 +53,7 @@ def add_telnyx_routes(router: APIRouter, telephony: Telephony) -> None:
         body = await webhook_body(request)
         if isinstance(body, Response):
             return body
-        trust = telephony.voice.telnyx
+        trust = telephony.voice.carriers.telnyx
         peer = request.client.host if request.client else None
         if trust.signed:
             now = telephony.clock.now().timestamp()
@@ -89,5 +89,5 @@ def add_telnyx_routes(router: APIRouter, telephony: Telephony) -> None:
         await websocket.accept()
         await run_stream(
             telephony, _TELNYX, websocket, local=is_local(peer, websocket.headers),
-            trust=telephony.voice.telnyx,
+            trust=telephony.voice.carriers.telnyx,
         )

@@ -183,7 +183,7 @@ async def start_voice(
         importlib.import_module(name)
     rt = surface.runtime
     # The start-up check: every misconfiguration of the phone edge, said once.
-    for note in [*settings.telnyx.problems(), *settings.plivo.problems()]:
+    for note in [*settings.carriers.telnyx.problems(), *settings.carriers.plivo.problems()]:
         # A carrier not in use needs no key: said, not warned about.
         log.info("telephony: %s", note)
     for problem in telephony.trust.problems():
