@@ -1,18 +1,15 @@
 """A phone call to a running holdline over Vonage's or Exotel's protocol.
 
-With `make run` up, `.venv/bin/python -m tests.system.carriers.call --carrier vonage` (or
-`exotel`) does what the carrier does when a call comes in: asks the answer webhook (Vonage's
-NCCO) or the Voicebot applet's URL (Exotel's stream URL), connects the stream, says a request
-in real espeak-ng speech, cuts into the acceptance, and waits for the one closing to be
-heard. It prints what happened and exits 1 when a check fails. Signed requests are made with
-the test secrets of `testkit.carrier_phones`; a surface without them serves loopback anyway.
+With `make run` up, `.venv/bin/python -m tests.system.voice.call --carrier vonage` (or
+`exotel`) runs `call`, which does what the carrier does when a call comes in: asks the
+answer webhook (Vonage's NCCO) or the Voicebot applet's URL (Exotel's stream URL), connects
+the stream, says a request in real espeak-ng speech, cuts into the acceptance, and waits
+for the one closing to be heard; `voice/call.py` prints the checks and exits 1 when one
+fails. Signed requests are made with the test secrets of `testkit.carrier_phones`; a surface without them serves loopback anyway.
 """
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import sys
 import uuid
 from typing import Any
 
@@ -22,6 +19,9 @@ from testkit.carrier_phones import ExotelPhone, VonagePhone, exotel_answered, vo
 from testkit.phone import Phone, speech
 from testkit.surface import eventually, open_chat
 from testkit.voice import SPOKEN_REQUEST, delivery_with
+
+# The carriers this call speaks (the others are `testkit.dialects`' and `voice/call.py`'s).
+OTHER_CARRIERS = ("vonage", "exotel")
 
 
 async def call(url: str, carrier: str) -> dict[str, bool]:
@@ -57,19 +57,3 @@ async def call(url: str, carrier: str) -> dict[str, bool]:
         "one closing, heard": len([d for d in snapshot["deliveries"]
                                    if d["batch_id"] == closing["batch_id"]]) == 1,
     }
-
-
-def main() -> None:
-    """`python -m tests.system.carriers.call --carrier vonage|exotel [--url ...]`."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--carrier", choices=("vonage", "exotel"), default="vonage")
-    parser.add_argument("--url", default="http://127.0.0.1:8080", help="the surface")
-    args = parser.parse_args()
-    checks = asyncio.run(call(args.url, args.carrier))
-    for name, held in checks.items():
-        print(f"[{'ok' if held else 'FAILED'}] {name}")
-    sys.exit(0 if all(checks.values()) else 1)
-
-
-if __name__ == "__main__":
-    main()

@@ -2,7 +2,8 @@
 
 With `make run` up, `.venv/bin/python -m tests.system.voice.call` dials the surface as Twilio
 would (`--carrier telnyx` or `--carrier plivo`: as that carrier would, on its own stream
-route), with real espeak-ng speech in μ-law, real-time pace, marks returned as a phone
+route; `--carrier vonage` or `exotel`: the shorter call of `tests.system.carriers.call`),
+with real espeak-ng speech in μ-law, real-time pace, marks returned as a phone
 plays the audio, and holds the conversation the voice seed is about:
 
 1. the caller asks for two accesses; the system of record is slow (the demo's latency
@@ -30,6 +31,8 @@ import httpx
 from testkit.dialects import PLIVO, TELNYX, TWILIO, Dialect
 from testkit.phone import Phone, speech
 from testkit.surface import Chat, eventually, open_chat
+from tests.system.carriers.call import OTHER_CARRIERS
+from tests.system.carriers.call import call as carrier_call
 
 REQUEST = "give me access to notion and gitlab"
 RESOURCES = ("notion", "gitlab")
@@ -145,13 +148,18 @@ async def _check(
 
 
 def main() -> None:
-    """`python -m tests.system.voice.call [--url ...] [--provider ...]`."""
+    """`python -m tests.system.voice.call [--url ...] [--provider ...] [--carrier ...]`."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--url", default="http://127.0.0.1:8080", help="the surface")
     parser.add_argument("--provider", default="http://127.0.0.1:8090", help="the provider")
-    parser.add_argument("--carrier", choices=sorted(DIALECTS), default="twilio",
-                        help="the stream protocol the phone speaks")
+    parser.add_argument("--carrier", choices=[*sorted(DIALECTS), *OTHER_CARRIERS],
+                        default="twilio", help="the stream protocol the phone speaks")
     args = parser.parse_args()
+    if args.carrier in OTHER_CARRIERS:
+        checks = asyncio.run(carrier_call(args.url, args.carrier))
+        for name, held in checks.items():
+            print(f"[{'ok' if held else 'FAILED'}] {name}")
+        sys.exit(0 if all(checks.values()) else 1)
     report = asyncio.run(seed_conversation(args.url, args.provider, DIALECTS[args.carrier]))
     print(report.render())
     sys.exit(0 if report.ok else 1)
