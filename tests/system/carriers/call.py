@@ -5,7 +5,8 @@ With `make run` up, `.venv/bin/python -m tests.system.voice.call --carrier vonag
 answer webhook (Vonage's NCCO) or the Voicebot applet's URL (Exotel's stream URL), connects
 the stream, says a request in real espeak-ng speech, cuts into the acceptance, and waits
 for the one closing to be heard; `voice/call.py` prints the checks and exits 1 when one
-fails. Signed requests are made with the test secrets of `testkit.carrier_phones`; a surface without them serves loopback anyway.
+fails. Signed requests are made with the test secrets of `testkit.carrier_phones`; a
+surface without them serves loopback anyway.
 """
 
 from __future__ import annotations
