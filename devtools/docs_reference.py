@@ -107,6 +107,9 @@ CLASSES: dict[str, ClassRef] = {
     "DeepgramConfig": ClassRef(
         "services/interaction_surface/voice/engines/deepgram.py", "DeepgramConfig"
     ),
+    "WebRtcSettings": ClassRef(
+        "services/interaction_surface/voice/webrtc_settings.py", "WebRtcSettings"
+    ),
 }
 
 
@@ -181,6 +184,7 @@ SECTIONS: tuple[Section, ...] = (
             Reader(_VOICE, "vad_from_env"),
             Reader(_VOICE, "floor_from_env"),
             Reader(_VOICE, "deepgram_from_env"),
+            Reader("services/interaction_surface/voice/webrtc_settings.py", "webrtc_from_env"),
         ),
     ),
     Section(

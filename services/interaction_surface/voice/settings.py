@@ -12,7 +12,8 @@ defaults are unchanged:
 - `vad_from_env` (`HOLDLINE_VAD_*`, `HOLDLINE_FALSE_INTERRUPTION_MS`),
   `floor_from_env` (`HOLDLINE_BACKCHANNEL*`, `HOLDLINE_STT_CONFIRM_*`),
   `trust_from_env` (`TWILIO_*`, `HOLDLINE_PUBLIC_URL`, `HOLDLINE_TRUSTED_PROXIES`,
-  `HOLDLINE_CALL_TICKET_TTL_S`, `HOLDLINE_REQUIRE_TWILIO_AUTH`).
+  `HOLDLINE_CALL_TICKET_TTL_S`, `HOLDLINE_REQUIRE_TWILIO_AUTH`);
+- `webrtc_from_env` (`HOLDLINE_ICE_SERVERS`, `HOLDLINE_WEBRTC_MEDIA_TIMEOUT_S`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .engines.deepgram import DeepgramConfig
 from .floor import DEFAULT_BACKCHANNELS, FloorConfig, normalise
 from .trust import TelephonyMisconfigured, TrustSettings, parse_networks, parse_shared_keys
 from .vad import VadConfig
+from .webrtc_settings import WebRtcSettings, webrtc_from_env
 
 
 def trust_from_env() -> TrustSettings:
@@ -111,6 +113,7 @@ class VoiceSettings:
     trust: TrustSettings = field(default_factory=TrustSettings)
     vad: VadConfig = field(default_factory=VadConfig)
     floor: FloorConfig = field(default_factory=FloorConfig)
+    webrtc: WebRtcSettings = field(default_factory=WebRtcSettings)
     # The speech synthesis engine (`espeak`, `deepgram`, or one a speech module registers).
     tts: str = "espeak"
     # The speech recognition engine (`pocketsphinx`, `deepgram`, `none`, or one a speech module
@@ -151,6 +154,7 @@ class VoiceSettings:
             trust=trust_from_env(),
             vad=vad_from_env(),
             floor=floor_from_env(),
+            webrtc=webrtc_from_env(),
             tts=tts,
             stt=stt,
             tts_voice=env_str("HOLDLINE_TTS_VOICE", "en-us"),
