@@ -1,6 +1,7 @@
 """The demo page's Talk button in real headless Chromium: a fake microphone (a WAV of espeak-ng
-speech) says a request over WebRTC; it becomes operations and the agent's audio arrives in
-the page. A screenshot of the page mid-call is written under the test's tmp_path."""
+speech) says a request over WebRTC; it becomes operations, the agent's audio arrives in the
+page, and the one closing is recorded spoken once the page returned its mark. A screenshot
+of the page mid-call is written under the test's tmp_path."""
 
 from __future__ import annotations
 
@@ -98,14 +99,21 @@ def test_talk_in_the_page_turns_speech_into_operations_and_plays_the_agent(
     browser.find_element(By.ID, "talk").click()
     wait.until(lambda d: _voice(d)["state"] == "connected")
 
-    async def operations() -> list[dict[str, Any]] | None:
+    async def snapshot() -> dict[str, Any]:
         async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
-            snapshot = await http.get(
+            answer = await http.get(
                 f"/v1/sessions/{session['session_id']}",
                 headers={"Authorization": f"Bearer {session['token']}"},
             )
-        ops: list[dict[str, Any]] = snapshot.json()["operations"]
+        found: dict[str, Any] = answer.json()
+        return found
+
+    async def operations() -> list[dict[str, Any]] | None:
+        ops: list[dict[str, Any]] = (await snapshot())["operations"]
         return ops if len(ops) >= 2 else None
+
+    async def spoken() -> list[dict[str, Any]]:
+        return [d for d in (await snapshot())["deliveries"] if d["status"] == "spoken"]
 
     ops = asyncio.run(eventually(operations, timeout_s=40))
     assert {o["tool"] for o in ops} == {"provision_access"}
@@ -115,5 +123,7 @@ def test_talk_in_the_page_turns_speech_into_operations_and_plays_the_agent(
     WebDriverWait(browser, 30).until(lambda d: "assistant" in _voice(d)["lines"])
     assert "user" in _voice(browser)["lines"]
     assert browser.save_screenshot(str(tmp_path / "talk-mid-call.png"))
+    # One closing, spoken: the page played it and returned its mark.
+    assert len(asyncio.run(eventually(spoken, timeout_s=30))) == 1
     browser.find_element(By.ID, "talk").click()
     wait.until(lambda d: _voice(d)["state"] == "idle")

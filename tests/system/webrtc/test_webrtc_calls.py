@@ -6,7 +6,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import random
 import signal
+import struct
 import sys
 from typing import Any
 
@@ -14,6 +16,7 @@ import httpx
 from aiortc import RTCConfiguration, RTCPeerConnection
 from aiortc.rtcrtpsender import RTCRtpSender
 
+from services.interaction_surface.voice.codec import pcm16_to_ulaw, silence_ulaw
 from testkit.phone import speech
 from testkit.surface import Chat, SurfaceStack, eventually, fault, open_chat
 from testkit.voice import (
@@ -264,3 +267,38 @@ async def test_a_peer_that_vanishes_ends_its_call_and_others_go_on(
         with contextlib.suppress(ProcessLookupError):
             os.kill(gone.pid, signal.SIGKILL)
         await staying.close()
+
+
+def _noise(ms: int, level: int, *, seed: int) -> bytes:
+    """Broadband noise with no words in it: a cough when loud and short, hiss when low."""
+    rng = random.Random(seed)
+    samples = [max(-32000, min(32000, int(rng.gauss(0, level)))) for _ in range(ms * 8)]
+    return pcm16_to_ulaw(struct.pack(f"<{len(samples)}h", *samples))
+
+
+async def test_a_cough_and_hiss_over_the_closing_cut_nothing(
+    stack: SurfaceStack, client: httpx.AsyncClient
+) -> None:
+    chat = await open_chat(client)
+    peer = await _dial(stack, chat)
+    try:
+        name = unique("rtccough")
+        await chat.say(f"give me access to {name}")
+        sent = await eventually(lambda: delivery_with(chat, "sent"), timeout_s=20)
+        # 0.5 s into the closing: a cough, then line hiss, through Opus like a browser's.
+        await peer.wait_voiced(25)
+        await peer.talk(
+            _noise(300, 4000, seed=3) + silence_ulaw(300) + _noise(800, 150, seed=4)
+            + silence_ulaw(300)
+        )
+        spoken = await eventually(lambda: delivery_with(chat, "spoken"), timeout_s=20)
+        assert spoken["delivery_id"] == sent["delivery_id"]
+        assert not peer.clears
+        assert not await events_of(chat, "control.barge_in")
+        finished = await events_of(chat, "playback.finished", delivery_id=sent["delivery_id"])
+        assert [e["data"]["heard"] for e in finished] == [True]
+        # History keeps what was played, once.
+        messages = [m for m in (await chat.snapshot())["messages"] if m["delivery_id"]]
+        assert [m["text"] for m in messages] == [sent["text"]]
+    finally:
+        await peer.close()
