@@ -302,3 +302,44 @@ async def test_a_cough_and_hiss_over_the_closing_cut_nothing(
         assert [m["text"] for m in messages] == [sent["text"]]
     finally:
         await peer.close()
+
+
+async def test_a_surface_killed_mid_call_ends_it_and_the_closing_waits_for_the_next_channel(
+    stack: SurfaceStack, client: httpx.AsyncClient
+) -> None:
+    chat = await open_chat(client)
+    # The page never plays: the closing stays `sent` on this call when the surface dies.
+    doomed = await _dial(stack, chat, play=False)
+    name = unique("rtckill")
+    await chat.say(f"give me access to {name}")
+    first = await eventually(lambda: delivery_with(chat, "sent"), timeout_s=20)
+    surface = stack.procs["interaction_surface"]
+    surface.kill9()
+    try:
+        surface.start()
+        # The restarted surface's sweep finds the dead owner's call: it ended, and the
+        # closing it held goes back for the session's next channel.
+        unheard = await eventually(
+            lambda: events_of(chat, "delivery.unheard", delivery_id=first["delivery_id"]),
+            timeout_s=40,
+        )
+        assert [e["data"]["reason"] for e in unheard] == ["call_lost"]
+        lost = await events_of(chat, "channel.disconnected")
+        assert [e["data"]["connection_id"] for e in lost] == [f"call_{doomed.call_id}"]
+        assert not [m for m in (await chat.snapshot())["messages"] if m["delivery_id"]]
+        # Nothing admitted is lost; the next call hears the closing, once.
+        assert [o["status"] for o in (await chat.snapshot())["operations"]] == ["committed"]
+        assert await ledger(stack, name) == 1
+        peer = await _dial(stack, chat)
+        try:
+            spoken = await eventually(lambda: delivery_with(chat, "spoken"), timeout_s=30)
+            assert spoken["delivery_id"] == first["delivery_id"]
+            assert await eventually(lambda: _heard(peer, chat, first["delivery_id"]))
+            messages = [m for m in (await chat.snapshot())["messages"] if m["delivery_id"]]
+            assert [m["delivery_id"] for m in messages] == [first["delivery_id"]]
+        finally:
+            await peer.close()
+    finally:
+        await doomed.close()
+        if surface.proc is None or surface.proc.poll() is not None:
+            surface.start()
