@@ -39,11 +39,18 @@ def _microphone_file(path: Path, ulaw: bytes) -> Path:
     return path
 
 
+async def _what_is_said() -> bytes:
+    """A second of quiet, the request, and a "yes" once the agent has had time to ask "did
+    you say ...?" (the recognizer may doubt a name heard through the browser's audio
+    processing; without the question, the yes is one more turn and admits nothing)."""
+    request = await speech(SPOKEN_REQUEST, tail_silence_ms=10000)
+    return silence_ulaw(1000) + request + await speech("yes", tail_silence_ms=20000)
+
+
 @pytest.fixture
 def microphone(tmp_path: Path) -> Path:
-    """The request, after a second of quiet, then quiet (played once)."""
-    ulaw = asyncio.run(speech(SPOKEN_REQUEST, tail_silence_ms=20000))
-    return _microphone_file(tmp_path / "request.wav", silence_ulaw(1000) + ulaw)
+    """What the fake microphone says, played once."""
+    return _microphone_file(tmp_path / "request.wav", asyncio.run(_what_is_said()))
 
 
 @pytest.fixture
@@ -108,6 +115,15 @@ def test_talk_in_the_page_turns_speech_into_operations_and_plays_the_agent(
         found: dict[str, Any] = answer.json()
         return found
 
+    async def timeline() -> list[dict[str, Any]]:
+        async with httpx.AsyncClient(base_url=stack.url, timeout=10) as http:
+            answer = await http.get(
+                f"/v1/sessions/{session['session_id']}/timeline",
+                headers={"Authorization": f"Bearer {session['token']}"},
+            )
+        events: list[dict[str, Any]] = answer.json()["events"]
+        return events
+
     async def operations() -> list[dict[str, Any]] | None:
         ops: list[dict[str, Any]] = (await snapshot())["operations"]
         return ops if len(ops) >= 2 else None
@@ -115,7 +131,11 @@ def test_talk_in_the_page_turns_speech_into_operations_and_plays_the_agent(
     async def spoken() -> list[dict[str, Any]]:
         return [d for d in (await snapshot())["deliveries"] if d["status"] == "spoken"]
 
-    ops = asyncio.run(eventually(operations, timeout_s=40))
+    try:
+        ops = asyncio.run(eventually(operations, timeout_s=40))
+    except AssertionError:
+        said = [(e["type"], e["data"].get("text")) for e in asyncio.run(timeline())]
+        raise AssertionError(f"no operations; the timeline: {said}") from None
     assert {o["tool"] for o in ops} == {"provision_access"}
     # The agent's acceptance is played in the page (audio energy received on its track),
     # and its transcript shows both sides.
