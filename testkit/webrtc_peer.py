@@ -53,8 +53,10 @@ class Microphone(MediaStreamTrack):
         self._pts = 0
         self.drained = asyncio.Event()
         self.drained.set()
-        # perf_counter of the first voiced frame of the latest `say` (the bench's start).
+        # perf_counter of the first and the last voiced frame of the latest `say` (the
+        # bench's starts: barge-in, and speech stop).
         self.first_voiced_at: float | None = None
+        self.last_voiced_at: float | None = None
 
     def say(self, ulaw: bytes) -> None:
         """Queue 8 kHz μ-law speech."""
@@ -62,6 +64,7 @@ class Microphone(MediaStreamTrack):
         for at in range(0, len(pcm), WEBRTC_FRAME_BYTES):
             self._queue.append(pcm[at : at + WEBRTC_FRAME_BYTES].ljust(WEBRTC_FRAME_BYTES, b"\0"))
         self.first_voiced_at = None
+        self.last_voiced_at = None
         self.drained.clear()
 
     async def recv(self) -> AudioFrame:
@@ -76,8 +79,10 @@ class Microphone(MediaStreamTrack):
             if wait > 0:
                 await asyncio.sleep(wait)
         pcm = self._queue.popleft() if self._queue else _SILENCE
-        if pcm is not _SILENCE and self.first_voiced_at is None and rms(pcm) > 300:
-            self.first_voiced_at = time.perf_counter()
+        if pcm is not _SILENCE and rms(pcm) > 300:
+            self.last_voiced_at = time.perf_counter()
+            if self.first_voiced_at is None:
+                self.first_voiced_at = self.last_voiced_at
         if not self._queue:
             self.drained.set()
         frame = AudioFrame(format="s16", layout="mono", samples=WEBRTC_FRAME_SAMPLES)

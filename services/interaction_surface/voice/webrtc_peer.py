@@ -28,7 +28,9 @@ from aiortc import (
     RTCPeerConnection,
     RTCSessionDescription,
 )
+from aiortc.jitterbuffer import JitterBuffer
 from aiortc.mediastreams import MediaStreamError, MediaStreamTrack
+from aiortc.rtcrtpreceiver import RTCRtpReceiver
 from aiortc.rtcrtpsender import RTCRtpSender
 from av import AudioFrame
 
@@ -81,6 +83,22 @@ def check_offer(sdp: str) -> None:
     raise OfferRefused(422, "the offer's audio codecs are not supported (Opus 48 kHz or PCMU)")
 
 
+# aiortc's receiver keeps its jitter buffer in a private attribute, built with 4 packets of
+# prefetch for audio; the major version is pinned (pyproject), and without the attribute the
+# default stays (logged).
+_JITTER_ATTRIBUTE = "_RTCRtpReceiver__jitter_buffer"
+
+
+def shorten_jitter_buffer(receiver: RTCRtpReceiver, packets: int) -> bool:
+    """Hand inbound audio to the call after `packets` packets, not aiortc's 4: barge-in
+    latency is the VAD's window plus this. False when aiortc no longer has the buffer."""
+    current = getattr(receiver, _JITTER_ATTRIBUTE, None)
+    if not isinstance(current, JitterBuffer):
+        return False
+    setattr(receiver, _JITTER_ATTRIBUTE, JitterBuffer(capacity=current.capacity, prefetch=packets))
+    return True
+
+
 def _configuration(settings: WebRtcSettings) -> RTCConfiguration:
     servers = [
         RTCIceServer(urls=list(s.urls), username=s.username, credential=s.credential)
@@ -104,6 +122,7 @@ class WebRtcPeer:
         self.ended = asyncio.Event()
         self._view = view
         self._timeout_s = settings.media_timeout_s
+        self._jitter_packets = settings.jitter_packets
         self._remote: MediaStreamTrack | None = None
         self._pump: asyncio.Task[None] | None = None
         self._ending: asyncio.Task[None] | None = None
@@ -119,6 +138,8 @@ class WebRtcPeer:
                   if c.mimeType in CODECS]
         codecs.sort(key=lambda c: CODECS.index(c.mimeType))
         transceiver.setCodecPreferences(codecs)
+        if not shorten_jitter_buffer(transceiver.receiver, self._jitter_packets):
+            log.warning("webrtc: aiortc's jitter buffer is not where expected; default kept")
         try:
             await self.pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
             await self.pc.setLocalDescription(await self.pc.createAnswer())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from libs.config import env_float, env_str
+from libs.config import env_float, env_int, env_str
 
 from .trust import TelephonyMisconfigured
 
@@ -75,14 +75,22 @@ class WebRtcSettings:
     # A peer that sends no audio for this long is gone (it vanished without closing): its
     # call ends, recorded as `peer_vanished`.
     media_timeout_s: float = 10.0
+    # Audio packets the receiver holds before handing the oldest to the call (aiortc's own
+    # default is 4: 80 ms more before the VAD hears the caller). 1 adds 20 ms; more only
+    # saves a packet that arrives out of order (a lost packet is a 20 ms gap).
+    jitter_packets: int = 1
 
 
 def webrtc_from_env() -> WebRtcSettings:
-    """`HOLDLINE_ICE_SERVERS`, `HOLDLINE_WEBRTC_MEDIA_TIMEOUT_S`."""
+    """`HOLDLINE_ICE_SERVERS`, `HOLDLINE_WEBRTC_MEDIA_TIMEOUT_S`,
+    `HOLDLINE_WEBRTC_JITTER_PACKETS`."""
     settings = WebRtcSettings(
         ice_servers=parse_ice_servers(env_str("HOLDLINE_ICE_SERVERS", "")),
         media_timeout_s=env_float("HOLDLINE_WEBRTC_MEDIA_TIMEOUT_S", 10.0),
+        jitter_packets=env_int("HOLDLINE_WEBRTC_JITTER_PACKETS", 1),
     )
     if settings.media_timeout_s <= 0:
         raise TelephonyMisconfigured("HOLDLINE_WEBRTC_MEDIA_TIMEOUT_S must be positive")
+    if not 1 <= settings.jitter_packets <= 8:
+        raise TelephonyMisconfigured("HOLDLINE_WEBRTC_JITTER_PACKETS must be 1 to 8")
     return settings
