@@ -8,6 +8,7 @@ import struct
 from collections import deque
 
 import pytest
+from aiortc import RTCConfiguration, RTCPeerConnection
 
 from services.interaction_surface.voice.codec import (
     RATE,
@@ -26,8 +27,16 @@ from services.interaction_surface.voice.webrtc_frames import (
     mark_frame,
     transcript_frame,
 )
-from services.interaction_surface.voice.webrtc_peer import OfferRefused, check_offer
-from services.interaction_surface.voice.webrtc_settings import IceServer, parse_ice_servers
+from services.interaction_surface.voice.webrtc_peer import (
+    OfferRefused,
+    check_offer,
+    shorten_jitter_buffer,
+)
+from services.interaction_surface.voice.webrtc_settings import (
+    IceServer,
+    parse_ice_servers,
+    webrtc_from_env,
+)
 from services.interaction_surface.voice.webrtc_track import _Mark, take_frame
 from services.interaction_surface.voice.webrtc_wire import WebRtcWire
 
@@ -153,3 +162,26 @@ async def test_the_wire_sends_marks_once_reached_and_knows_which_came_back() -> 
     assert wire.returned("r_2")
     assert not wire.returned("r_2")
     assert not wire.returned("r_1")
+
+
+def test_webrtc_settings_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOLDLINE_ICE_SERVERS", "stun:stun.example:3478")
+    monkeypatch.setenv("HOLDLINE_WEBRTC_JITTER_PACKETS", "2")
+    settings = webrtc_from_env()
+    assert settings.ice_servers == (IceServer(("stun:stun.example:3478",)),)
+    assert settings.jitter_packets == 2
+    assert settings.media_timeout_s == 10.0
+    monkeypatch.setenv("HOLDLINE_WEBRTC_JITTER_PACKETS", "0")
+    with pytest.raises(TelephonyMisconfigured):
+        webrtc_from_env()
+
+
+async def test_the_receivers_jitter_buffer_is_shortened() -> None:
+    pc = RTCPeerConnection(RTCConfiguration(iceServers=[]))
+    try:
+        receiver = pc.addTransceiver("audio").receiver
+        assert shorten_jitter_buffer(receiver, 1)
+        buffer = receiver._RTCRtpReceiver__jitter_buffer  # type: ignore[attr-defined]
+        assert buffer._prefetch == 1
+    finally:
+        await pc.close()
