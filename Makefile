@@ -73,6 +73,7 @@ bench-mcp: venv
 
 bench-voice: venv
 	$(BIN)/python -m bench.voice
+	$(BIN)/python -m bench.webrtc
 
 bench-speech: venv
 	$(BIN)/python -m bench.speech

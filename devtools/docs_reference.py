@@ -112,6 +112,9 @@ CLASSES: dict[str, ClassRef] = {
     "DeepgramConfig": ClassRef(
         "services/interaction_surface/voice/engines/deepgram.py", "DeepgramConfig"
     ),
+    "WebRtcSettings": ClassRef(
+        "services/interaction_surface/voice/webrtc_settings.py", "WebRtcSettings"
+    ),
 }
 
 
@@ -190,6 +193,7 @@ SECTIONS: tuple[Section, ...] = (
             Reader(_VOICE, "deepgram_from_env"),
             Reader(_CARRIERS, "VonageSettings.from_env"),
             Reader(_CARRIERS, "ExotelSettings.from_env"),
+            Reader("services/interaction_surface/voice/webrtc_settings.py", "webrtc_from_env"),
         ),
     ),
     Section(

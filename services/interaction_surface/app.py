@@ -66,6 +66,7 @@ from .voice.call import CallRegistry
 from .voice.channel import CallChannel
 from .voice.ownership import CallOwnership
 from .voice.speech_vocabulary import vocabulary_of
+from .voice.webrtc_routes import WEBRTC_BODIES
 from .voice.wiring import install_voice, start_voice
 
 STATIC = Path(__file__).parent / "static"
@@ -190,7 +191,6 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # Before anything starts: a bad tool declaration stops the service (DeclarationError).
     registry = declared_tools(settings)
     view = SurfaceView(label=registry.label)
-    voice_settings = settings.voice
     runtime = Runtime(
         name=SERVICE, settings=settings.bus, publishes=published_contexts(PUBLICATIONS)
     )
@@ -205,7 +205,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     # Calls and agent connections are owned in one bucket (same owner, same owner-lost
     # sweep); it opens when voice starts.
-    ownership = CallOwnership(ids.new("surface"), voice_settings.call_owner_ttl_s)
+    ownership = CallOwnership(ids.new("surface"), settings.voice.call_owner_ttl_s)
     delivery = delivery_parts(surface, calls, ownership)
     executor, call_channel, agent_api = delivery.executor, delivery.call, delivery.agent_api
     model = conversation_model(settings.model_modules, settings.model)
@@ -230,10 +230,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         await mcp_endpoint.start()
 
     async def on_stop() -> None:
+        if telephony.started is not None:
+            # Browser calls end first (their ends recorded while the bus is open).
+            await telephony.close_transports()
+            telephony.started.sweeper.cancel()
         await mcp_endpoint.stop()
         await surface.sweeper.stop()
-        if telephony.started is not None:
-            telephony.started.sweeper.cancel()
         if surface.started is not None:
             # Answers already returned are recorded (turn replies) and stored (Agent API
             # answers) while the bus is still open.
@@ -259,9 +261,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     add_agent_routes(app.router, agent_api)
     add_agent_socket(app.router, agent_api, sockets)
     telephony = install_voice(
-        app, surface, calls, settings=voice_settings, ownership=ownership, executor=executor
+        app, surface, calls, settings=settings.voice, ownership=ownership, executor=executor
     )
-    publish(app, {**BODIES, **AGENT_BODIES})
+    publish(app, {**BODIES, **AGENT_BODIES, **WEBRTC_BODIES})
     # MCP (§6c): Streamable HTTP at /mcp, the same sessions and admission as the Agent API
     # (after `publish`: it adds its route to the document `publish` serves).
     mcp_endpoint = install_mcp(app, delivery.mcp, app.version)

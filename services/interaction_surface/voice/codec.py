@@ -2,8 +2,10 @@
 
 A call works in μ-law, 8 kHz, mono (Twilio Media Streams carry it as is, in 20 ms frames of
 160 bytes). Carriers that stream 16-bit linear PCM (Vonage's L16 at 8 or 16 kHz, Exotel's
-8 kHz slin) are converted here, per call, by a `LinearLine`. VAD works on PCM16 at 8 kHz;
-STT engines usually want 16 kHz; espeak-ng writes 22.05 kHz WAV.
+8 kHz slin) are converted here, per call, by a `LinearLine`. A WebRTC peer sends and
+receives 48 kHz PCM16 (Opus, decoded by the media stack; PCMU is decoded to 8 kHz):
+`WebRtcUp` and `WebRtcDown` convert between it and the call's 8 kHz μ-law. VAD works on
+PCM16 at 8 kHz; STT engines usually want 16 kHz; espeak-ng writes 22.05 kHz WAV.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Any
+
+from av import AudioFrame, AudioResampler
 
 if sys.version_info >= (3, 13):
     import audioop  # provided by the audioop-lts package
@@ -142,3 +146,63 @@ class FrameSplitter:
         rest = bytes(self._buffer) + bytes([pad]) * (self._size - len(self._buffer))
         self._buffer.clear()
         return rest
+
+
+# A WebRTC peer's audio rate (Opus) and one 20 ms mono PCM16 frame of it.
+WEBRTC_RATE = 48000
+WEBRTC_FRAME_SAMPLES = WEBRTC_RATE * FRAME_MS // 1000
+WEBRTC_FRAME_BYTES = WEBRTC_FRAME_SAMPLES * SAMPLE_WIDTH
+
+
+def _av_frame(pcm16: bytes, rate: int, channels: int) -> Any:
+    """PCM16 (interleaved when stereo) as a frame for the resampler."""
+    layout = "stereo" if channels == 2 else "mono"
+    frame = AudioFrame(format="s16", layout=layout, samples=len(pcm16) // (2 * channels))
+    frame.planes[0].update(pcm16)
+    frame.sample_rate = rate
+    return frame
+
+
+class _AvResampler:
+    """libswresample (PyAV) to mono PCM16 at `rate`: band-limited, unlike `audioop.ratecv`,
+    so 48 kHz audio loses nothing the recognizer hears and gains no aliasing."""
+
+    def __init__(self, rate: int) -> None:
+        self._rate = rate
+        self._resampler = AudioResampler(format="s16", layout="mono", rate=rate)
+
+    def convert(self, pcm16: bytes, rate: int, channels: int) -> bytes:
+        if not pcm16:
+            return b""
+        out = self._resampler.resample(_av_frame(pcm16, rate, channels))
+        return b"".join(bytes(f.planes[0])[: f.samples * SAMPLE_WIDTH] for f in out)
+
+
+class WebRtcUp:
+    """The call's 8 kHz μ-law → 48 kHz mono PCM16 for a WebRTC track (streaming)."""
+
+    def __init__(self) -> None:
+        self._resampler = _AvResampler(WEBRTC_RATE)
+
+    def convert(self, ulaw: bytes) -> bytes:
+        """One piece of the agent's audio at the peer's rate."""
+        return self._resampler.convert(ulaw_to_pcm16(ulaw), RATE, 1)
+
+    def reset(self) -> None:
+        """Forget the filter state (the queued audio was dropped)."""
+        self._resampler = _AvResampler(WEBRTC_RATE)
+
+
+class WebRtcDown:
+    """A WebRTC peer's decoded PCM16 (any rate, mono or interleaved stereo) → 8 kHz μ-law
+    for the call (streaming)."""
+
+    def __init__(self) -> None:
+        self._resampler = _AvResampler(RATE)
+
+    def convert(self, pcm16: bytes, rate: int, channels: int) -> bytes:
+        """One decoded frame as the call's audio."""
+        if channels not in (1, 2):
+            raise ValueError(f"unsupported channel count {channels}")
+        whole = len(pcm16) - len(pcm16) % (SAMPLE_WIDTH * channels)
+        return pcm16_to_ulaw(self._resampler.convert(pcm16[:whole], rate, channels))

@@ -16,6 +16,7 @@ defaults are unchanged:
 - the other carriers: `CarrierSettings.from_env` (`TELNYX_PUBLIC_KEY`,
   `HOLDLINE_TELNYX_TICKET_SECRET`, `PLIVO_AUTH_TOKEN`, `VONAGE_*`, `HOLDLINE_VONAGE_AUDIO_RATE`,
   `EXOTEL_STREAM_*`).
+- `webrtc_from_env` (`HOLDLINE_ICE_SERVERS`, `HOLDLINE_WEBRTC_MEDIA_TIMEOUT_S`).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .engines.deepgram import DeepgramConfig
 from .floor import DEFAULT_BACKCHANNELS, FloorConfig, normalise
 from .trust import TelephonyMisconfigured, TrustSettings, parse_networks, parse_shared_keys
 from .vad import VadConfig
+from .webrtc_settings import WebRtcSettings, webrtc_from_env
 
 
 def trust_from_env() -> TrustSettings:
@@ -115,6 +117,7 @@ class VoiceSettings:
     trust: TrustSettings = field(default_factory=TrustSettings)
     vad: VadConfig = field(default_factory=VadConfig)
     floor: FloorConfig = field(default_factory=FloorConfig)
+    webrtc: WebRtcSettings = field(default_factory=WebRtcSettings)
     # The speech synthesis engine (`espeak`, `deepgram`, or one a speech module registers).
     tts: str = "espeak"
     # The speech recognition engine (`pocketsphinx`, `deepgram`, `none`, or one a speech module
@@ -158,6 +161,7 @@ class VoiceSettings:
             trust=trust,
             vad=vad_from_env(),
             floor=floor_from_env(),
+            webrtc=webrtc_from_env(),
             tts=tts,
             stt=stt,
             tts_voice=env_str("HOLDLINE_TTS_VOICE", "en-us"),

@@ -54,3 +54,11 @@ class Telephony:
     # Everything else the voice channel was configured with (read once, at the root).
     voice: VoiceSettings = field(default_factory=VoiceSettings)
     started: VoiceStarted | None = None
+    # What each transport with connections of its own (WebRTC peers) closes them with when
+    # the surface stops.
+    closers: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+
+    async def close_transports(self) -> None:
+        """End every call a transport still holds (the surface stops)."""
+        for close in self.closers:
+            await close()

@@ -1,4 +1,5 @@
-"""Wiring the voice channel into the surface: speech ports, sessions for calls, routes."""
+"""Wiring the voice channel into the surface: speech ports, sessions for calls, routes (the
+phone's, and the browser's WebRTC offer)."""
 
 from __future__ import annotations
 
@@ -40,6 +41,8 @@ from .telnyx import add_telnyx_routes
 from .trust import CLAIM_MARGIN_S
 from .twilio import add_telephony_routes, opened_session_event
 from .vonage import add_vonage_routes
+from .webrtc_peer import WebRtcPeers
+from .webrtc_routes import add_webrtc_routes
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +90,11 @@ def install_voice(
     add_plivo_routes(app.router, telephony)
     add_vonage_routes(app.router, telephony)
     add_exotel_routes(app.router, telephony)
+    # Browser voice (§6d): the same calls over a WebRTC peer connection; its peers close
+    # when the surface stops (`Telephony.close_transports`).
+    peers = WebRtcPeers()
+    add_webrtc_routes(app.router, surface, telephony, peers, settings.webrtc)
+    telephony.closers.append(peers.close_all)
     return telephony
 
 
