@@ -23,6 +23,15 @@ from libs.problems import problem
 from .telephony import ID_PATTERN, Telephony
 from .trust import TICKET, form_pairs, is_local, issue_ticket, stream_url
 
+# How a webhook that answers a call-control document (TwiML, TeXML, Plivo XML) documents its
+# answer in the OpenAPI document: XML, not JSON.
+XML_DOCUMENT: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The call-control document that connects the call's media stream.",
+        "content": {"application/xml": {"schema": {"type": "string"}}},
+    }
+}
+
 log = logging.getLogger(__name__)
 
 # A voice webhook's form is about a kilobyte; past this it is refused (413).

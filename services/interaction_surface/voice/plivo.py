@@ -20,7 +20,7 @@ from fastapi.responses import Response
 
 from libs.problems import problem
 
-from .call_control import stream_parameters, stream_target, webhook_form, with_ticket
+from .call_control import XML_DOCUMENT, stream_parameters, stream_target, webhook_form, with_ticket
 from .media_stream import run_stream
 from .plivo_frames import MAX_EXTRA_HEADERS, PlivoStream, pack_parameters
 from .plivo_trust import NONCE_HEADER, SIGNATURE_HEADER
@@ -47,7 +47,7 @@ def answer_xml(target: str, extra_headers: str) -> str:
 def add_plivo_routes(router: APIRouter, telephony: Telephony) -> None:
     """`POST /v1/telephony/plivo/voice` and `WS /v1/telephony/plivo`."""
 
-    @router.post(VOICE_PATH)
+    @router.post(VOICE_PATH, response_class=Response, responses=XML_DOCUMENT)
     async def plivo_voice(request: Request) -> Response:
         pairs = await webhook_form(request)
         if isinstance(pairs, Response):

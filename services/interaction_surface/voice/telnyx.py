@@ -19,7 +19,14 @@ from fastapi.responses import Response
 
 from libs.problems import problem
 
-from .call_control import parse_form, stream_parameters, stream_target, webhook_body, with_ticket
+from .call_control import (
+    XML_DOCUMENT,
+    parse_form,
+    stream_parameters,
+    stream_target,
+    webhook_body,
+    with_ticket,
+)
 from .media_stream import run_stream
 from .telephony import Telephony
 from .telnyx_frames import TelnyxStream
@@ -48,7 +55,7 @@ def texml(target: str, params: dict[str, str]) -> str:
 def add_telnyx_routes(router: APIRouter, telephony: Telephony) -> None:
     """`POST /v1/telephony/telnyx/voice` and `WS /v1/telephony/telnyx`."""
 
-    @router.post(VOICE_PATH)
+    @router.post(VOICE_PATH, response_class=Response, responses=XML_DOCUMENT)
     async def telnyx_voice(request: Request) -> Response:
         body = await webhook_body(request)
         if isinstance(body, Response):

@@ -24,7 +24,7 @@ from libs.events import SessionOpened
 from libs.problems import problem
 
 from ..auth import hash_token, new_token
-from .call_control import stream_parameters, stream_target, webhook_form, with_ticket
+from .call_control import XML_DOCUMENT, stream_parameters, stream_target, webhook_form, with_ticket
 from .call_start import StreamRefused
 from .media_stream import run_stream
 from .stream_frames import FrameError
@@ -72,7 +72,7 @@ def signature_ok(auth_token: str, url: str, params: dict[str, str], presented: s
 
 def add_telephony_routes(router: APIRouter, telephony: Telephony) -> None:
     """`POST /v1/telephony/twilio/voice` and `WS /v1/telephony/twilio`."""
-    @router.post("/v1/telephony/twilio/voice")
+    @router.post("/v1/telephony/twilio/voice", response_class=Response, responses=XML_DOCUMENT)
     async def voice(request: Request) -> Response:
         pairs = await webhook_form(request)
         if isinstance(pairs, Response):
