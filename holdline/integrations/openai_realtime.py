@@ -27,6 +27,10 @@ durable tools, the caller's clocks, playback truth, and closings said when holdl
   in the conversation (so the model knows the caller was told, and a barge-in truncates it
   to what played), and the SDK queues it behind any response in flight. With
   `speak="model"` the instructions are the facts, for the session's model to phrase.
+- Updates that found no proactive window (no call was up, or the agent was restarted) are
+  read once when the bridge starts (`GET .../pending`) and said on this call the same way,
+  one at a time with the pushed ones, each acknowledged as it played: a caller who calls
+  back hears the result once, whatever happened to the call before.
 - Playback truth: `tracker` (a `RealtimePlaybackTracker`) is fed by the app's player (for a
   phone, Twilio's returned marks). `spoken` once all of the closing's audio played;
   `unheard` with the words heard when the SDK reports the audio interrupted (a barge-in),
@@ -93,6 +97,10 @@ class HoldlineRealtime:
         self._realtime: RealtimeSession | None = None
         self._stream: AgentStream | None = None
         self._task: asyncio.Task[None] | None = None
+        self._pending_task: asyncio.Task[None] | None = None
+        # One closing at a time, pushed or pending.
+        self._saying = asyncio.Lock()
+        self._spoken: set[str] = set()
         self._current: Outgoing | None = None
         self._finished = asyncio.Event()
         # Set on anything that may end a wait for the caller's quiet or the model's idle.
@@ -154,17 +162,18 @@ class HoldlineRealtime:
         stream = self.session.agent_stream(after=self._after)
         await stream.__aenter__()
         self._stream = stream
-        self._task = asyncio.get_running_loop().create_task(
-            self._deliver(stream), name="holdline-deliveries"
-        )
+        loop = asyncio.get_running_loop()
+        self._task = loop.create_task(self._deliver(stream), name="holdline-deliveries")
+        self._pending_task = loop.create_task(self._say_pending(), name="holdline-pending")
 
     async def aclose(self) -> None:
         """Stop saying deliveries; admissions in flight finish (bounded), reports go out."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        for task in (self._task, self._pending_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._task = self._pending_task = None
         if self._admissions:
             await asyncio.wait(set(self._admissions), timeout=self._grace_s)
         await self._acks.drain(2.0)
@@ -282,6 +291,7 @@ class HoldlineRealtime:
             return
         outgoing.finished = True
         if spoken:
+            self._spoken.add(outgoing.say.delivery_id)
             self._ack(outgoing.say, "spoken")
         else:
             played = self.tracker.played_ms(outgoing.item_id) if outgoing.item_id else 0.0
@@ -299,11 +309,33 @@ class HoldlineRealtime:
     async def _deliver(self, stream: AgentStream) -> None:
         async for say in stream:
             try:
-                await self._say(say)
+                async with self._saying:
+                    await self._say(say)
             except Exception:  # noqa: BLE001 - unacknowledged: holdline puts it back and decides again
                 log.warning("delivery %s not said", say.delivery_id, exc_info=True)
 
+    async def _say_pending(self) -> None:
+        """The updates waiting for the session's next turn, said on this call."""
+        try:
+            pending = await self.session.pending()
+        except Exception:  # noqa: BLE001 - they stay pending for the next turn or call
+            log.warning("pending updates not read", exc_info=True)
+            return
+        for item in pending.deliveries:
+            say = DeliverySay(
+                seq=0, delivery_id=item.delivery_id, batch_id=None, text=item.text,
+                facts=list(item.facts), priority="normal", interrupt=False,
+            )
+            try:
+                async with self._saying:
+                    await self._say(say)
+            except Exception:  # noqa: BLE001 - unacknowledged: it stays pending
+                log.warning("pending update %s not said", item.delivery_id, exc_info=True)
+
     async def _say(self, say: DeliverySay) -> None:
+        if say.delivery_id in self._spoken:
+            # Read as pending and pushed as well (the call came back inside the window).
+            return
         if not say.interrupt:
             # holdline chose the moment from signals a few hundred ms old; the server's VAD
             # is fresher: never over the caller.

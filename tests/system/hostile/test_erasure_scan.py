@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 from nats.js import JetStreamContext
+from nats.js.api import StreamInfo
 from nats.js.errors import NotFoundError
 
 from libs.bus import DEAD_LETTER_DECODER, Context, Topology, connect
@@ -27,13 +28,28 @@ async def js(stack: SurfaceStack) -> AsyncIterator[JetStreamContext]:
     await nc.close()
 
 
+async def deployment_streams(js: JetStreamContext, prefix: str) -> list[StreamInfo]:
+    """Every stream of the deployment: its event streams and its KV buckets' streams. The
+    broker lists streams a page (256) at a time, and the run's shared broker holds every
+    test's streams, so the list is read page by page (one page would miss some, depending on
+    where this prefix sorts)."""
+    ours = (f"{prefix.upper()}_", f"KV_{prefix}_")
+    found: list[StreamInfo] = []
+    offset = 0
+    for _page in range(1000):
+        page = await js.streams_info(offset=offset)
+        if not page:
+            break
+        offset += len(page)
+        found += [i for i in page if (i.config.name or "").startswith(ours)]
+    return found
+
+
 async def last_sequences(js: JetStreamContext, prefix: str) -> dict[str, int]:
     """Every stream's last sequence: what was stored before the canary existed."""
-    ours = (f"{prefix.upper()}_", f"KV_{prefix}_")
     return {
         info.config.name or "": int(info.state.last_seq or 0)
-        for info in await js.streams_info()
-        if (info.config.name or "").startswith(ours)
+        for info in await deployment_streams(js, prefix)
     }
 
 
@@ -44,12 +60,9 @@ async def found_in(
     stream of the deployment (its event streams and the KV buckets' streams). Messages
     stored before the test (`since`) cannot hold a canary made in it, and the package's
     stack holds thousands of them from the other hostile tests: they are not read again."""
-    ours = (f"{prefix.upper()}_", f"KV_{prefix}_")
     hits: list[str] = []
-    for info in await js.streams_info():
+    for info in await deployment_streams(js, prefix):
         name = info.config.name or ""
-        if not name.startswith(ours):
-            continue
         first, last = int(info.state.first_seq or 0), int(info.state.last_seq or 0)
         for seq in range(max(first, since.get(name, 0) + 1, 1), last + 1):
             try:

@@ -16,7 +16,15 @@ from agents.realtime.events import (
 from agents.realtime.model_events import RealtimeModelAudioEvent, RealtimeModelRawServerEvent
 from agents.run_context import RunContextWrapper
 
-from holdline.client import DeliverySay, Fact, ToolCall, ToolCallResult, ToolCallsResponse
+from holdline.client import (
+    DeliverySay,
+    Fact,
+    PendingDelivery,
+    PendingUpdates,
+    ToolCall,
+    ToolCallResult,
+    ToolCallsResponse,
+)
 from holdline.integrations._realtime_parts import (
     HeardTracker,
     Outgoing,
@@ -201,3 +209,32 @@ async def test_a_closing_cut_by_a_barge_in_is_unheard_with_the_words_heard() -> 
     await bridge._signals.drain(1.0)
     await bridge._signals.stop()
     assert {"user_speaking": True} in session.signals
+
+
+class _PendingSession:
+    """A `SessionClient` stand-in with one update waiting for the next turn."""
+
+    async def pending(self) -> PendingUpdates:
+        return PendingUpdates(context="", deliveries=[
+            PendingDelivery(delivery_id="d7", text="Access to figma is ready.")])
+
+
+async def test_updates_waiting_for_the_next_turn_are_said_on_the_next_call_once() -> None:
+    bridge = HoldlineRealtime(_PendingSession())  # type: ignore[arg-type]
+    said: list[DeliverySay] = []
+
+    async def say(item: DeliverySay) -> None:
+        said.append(item)
+
+    bridge._say = say  # type: ignore[method-assign]
+    await bridge._say_pending()
+    assert [(s.delivery_id, s.text, s.interrupt) for s in said] == [
+        ("d7", "Access to figma is ready.", False)]
+
+
+async def test_a_closing_already_spoken_here_is_not_said_again() -> None:
+    bridge = HoldlineRealtime(_RecordingSession())  # type: ignore[arg-type]
+    bridge._spoken.add("d1")
+    # Pushed as well as read as pending: nothing is sent, nothing waits for the caller.
+    await asyncio.wait_for(bridge._say(_say()), 0.5)
+    assert bridge._current is None
