@@ -101,6 +101,21 @@ async def timeline(stack: SurfaceStack, session: dict[str, str]) -> list[dict[st
     return events
 
 
+async def settled_timeline(
+    stack: SurfaceStack, session: dict[str, str], timeout_s: float = 10.0
+) -> list[dict[str, Any]]:
+    """The session's events once its closing was recorded delivered: the hand-out is written
+    through the bus, and the timeline reads the surface's view, which applies it a moment
+    later (bounded)."""
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        events = await timeline(stack, session)
+        done = any(e["type"] == "delivery.delivered" for e in events)
+        if done or asyncio.get_running_loop().time() > deadline:
+            return events
+        await asyncio.sleep(0.1)
+
+
 async def open_session(stack: SurfaceStack, agent: str | None = None) -> dict[str, str]:
     """A session opened over HTTP; its token is the MCP client's bearer credential."""
     body: dict[str, Any] = {"user_id": user(), "tenant_id": "acme"}

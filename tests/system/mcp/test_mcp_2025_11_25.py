@@ -17,7 +17,7 @@ import httpx
 
 from testkit.surface import SurfaceStack, effects, fault, unique
 
-from .clients import DAY, bearer, headers_for, open_session, timeline, user
+from .clients import DAY, bearer, headers_for, open_session, settled_timeline, user
 
 VERSION = "2025-11-25"
 RELATED = "io.modelcontextprotocol/related-task"
@@ -136,7 +136,7 @@ async def test_a_tasked_call_is_polled_to_its_result_and_a_reissue_joins_it(
         (task["taskId"], "completed")]
     assert await effects(stack, access) == 1
     # The result handed out is the batch's one delivery, on channel mcp, delivered once.
-    events = await timeline(stack, session)
+    events = await settled_timeline(stack, session)
     sent = [e for e in events if e["type"] == "delivery.sent"]
     assert [e["data"]["channel"] for e in sent] == ["mcp"]
     assert len([e for e in events if e["type"] == "delivery.delivered"]) == 1

@@ -23,7 +23,7 @@ from .clients import (
     sdk_call_task,
     sdk_tasks_client,
     sdk_until,
-    timeline,
+    settled_timeline,
     user,
 )
 
@@ -54,7 +54,7 @@ async def test_a_call_is_a_task_at_once_and_completes_with_a_closing_naming_ever
     assert await effects(stack, fast) == 1
     assert await effects(stack, slow) == 1
     # The result handed out is the batch's one delivery, on channel mcp, delivered.
-    events = await timeline(stack, session)
+    events = await settled_timeline(stack, session)
     sent = [e for e in events if e["type"] == "delivery.sent"]
     assert [e["batch_id"] for e in sent] == [structured["batch_id"]]
     assert [e["data"]["channel"] for e in sent] == ["mcp"]
